@@ -1,0 +1,13 @@
+"""AS2 ranking metrics (MAP, MRR, P@1, hit@k, nDCG@k).
+
+``METRIC_PATH`` is the absolute path of the self-contained ``evaluate`` metric script, so
+``evaluate.load(METRIC_PATH)`` works offline (a local file never touches the Hub).
+"""
+
+from pathlib import Path
+
+from .as2_ranking import DEFAULT_K_VALUES, AS2Ranking, compute_as2_metrics, make_compute_metrics
+
+METRIC_PATH: str = str(Path(__file__).resolve().parent / "as2_ranking.py")
+
+__all__ = ["AS2Ranking", "DEFAULT_K_VALUES", "METRIC_PATH", "compute_as2_metrics", "make_compute_metrics"]
