@@ -1,0 +1,46 @@
+"""as2hub models, registered with the Auto classes on import.
+
+    >>> import as2hub.modeling  # registers contextual_roberta, contextual_electra, contextual_bert
+    >>> from transformers import AutoModelForSequenceClassification
+    >>> model = AutoModelForSequenceClassification.from_pretrained("path/to/ranker")  # doctest: +SKIP
+
+A saved model does not need as2hub: ``from_pretrained(folder, trust_remote_code=True)`` runs the code saved with it.
+"""
+
+from transformers import AutoConfig, AutoModel, AutoModelForSequenceClassification
+
+from .contextual_as2 import (
+    BertForContextualAS2,
+    ContextualBertConfig,
+    ContextualElectraConfig,
+    ContextualRobertaConfig,
+    ElectraForContextualAS2,
+    RobertaForContextualAS2,
+)
+
+CONTEXTUAL_MODELS = {
+    # backbone model_type -> (config class, model class)
+    "roberta": (ContextualRobertaConfig, RobertaForContextualAS2),
+    "electra": (ContextualElectraConfig, ElectraForContextualAS2),
+    "bert": (ContextualBertConfig, BertForContextualAS2),
+}
+
+
+def _register(config_class, model_class, auto_model_classes=(AutoModel, AutoModelForSequenceClassification)):
+    AutoConfig.register(config_class.model_type, config_class, exist_ok=True)
+    for auto_class in auto_model_classes:
+        auto_class.register(config_class, model_class, exist_ok=True)
+
+
+for _config_class, _model_class in CONTEXTUAL_MODELS.values():
+    _register(_config_class, _model_class)
+
+__all__ = [
+    "BertForContextualAS2",
+    "CONTEXTUAL_MODELS",
+    "ContextualBertConfig",
+    "ContextualElectraConfig",
+    "ContextualRobertaConfig",
+    "ElectraForContextualAS2",
+    "RobertaForContextualAS2",
+]

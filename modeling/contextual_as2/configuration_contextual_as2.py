@@ -1,0 +1,96 @@
+"""Configurations of the contextual AS2 cross-encoders.
+
+Each backbone keeps its stock config fields and adds three:
+
+- ``contextual`` (bool): inputs are (question, candidate, context) with three segment ids (0, 1, 2). When False the
+  model is the paper's pairwise baseline and keeps the backbone's original segment design (RoBERTa: one segment id,
+  BERT/ELECTRA: two).
+- ``token_type_init`` ("scratch" | "copy"): how the rows added when a checkpoint's token-type table is grown to three
+  rows are initialised: normal(0, initializer_range) as in Di Liello et al. (2023), or copied from the last pretrained
+  row.
+- ``sep_token_id``: the separator used to infer segments when ``token_type_ids`` are not passed (pipelines and
+  sentence-transformers' CrossEncoder send none).
+
+The default head has a single logit whose label is ``"correct"``, so ``pipeline("text-classification")`` returns the
+probability that a candidate is correct and ``CrossEncoder.rank`` works as is. ``num_labels=2`` gives the two-way
+softmax head of the paper; both are trained with cross-entropy.
+
+Example:
+    >>> from transformers import AutoConfig
+    >>> config = ContextualBertConfig.from_pretrained("sentence-transformers/all-MiniLM-L6-v2")  # doctest: +SKIP
+    >>> config.contextual, config.id2label  # doctest: +SKIP
+    (True, {0: 'correct'})
+"""
+
+from huggingface_hub.dataclasses import strict
+from transformers import BertConfig, ElectraConfig, RobertaConfig
+
+NUM_CONTEXTUAL_SEGMENTS = 3
+POSITIVE_LABEL = "correct"
+TOKEN_TYPE_INITS = ("scratch", "copy")
+
+
+def _contextual_post_init(config, kwargs):
+    """Shared validation and label defaults; called by every contextual config after the stock post-init."""
+    if config.token_type_init not in TOKEN_TYPE_INITS:
+        raise ValueError(f"token_type_init must be one of {TOKEN_TYPE_INITS}, got {config.token_type_init!r}")
+    labels = list(config.id2label.values()) if config.id2label else []
+    if POSITIVE_LABEL not in labels:
+        # A stock or freshly built config: name the positive class so pipelines and `score` can find it.
+        generic_names = all(label.startswith("LABEL_") for label in labels)
+        num_labels = kwargs.get("num_labels") or (1 if generic_names else len(labels))
+        if num_labels == 1:
+            config.id2label = {0: POSITIVE_LABEL}
+        elif num_labels == 2:
+            config.id2label = {0: "incorrect", 1: POSITIVE_LABEL}
+        else:
+            raise ValueError(f"contextual AS2 heads have 1 or 2 labels, got num_labels={num_labels}")
+        config.label2id = {label: i for i, label in config.id2label.items()}
+
+
+@strict
+class ContextualRobertaConfig(RobertaConfig):
+    """`RobertaConfig` for :class:`RobertaForContextualAS2` (model type ``contextual_roberta``)."""
+
+    model_type = "contextual_roberta"
+
+    contextual: bool = True
+    token_type_init: str = "scratch"
+    sep_token_id: int | None = 2
+    type_vocab_size: int = NUM_CONTEXTUAL_SEGMENTS
+
+    def __post_init__(self, **kwargs):
+        super().__post_init__(**kwargs)
+        _contextual_post_init(self, kwargs)
+
+
+@strict
+class ContextualElectraConfig(ElectraConfig):
+    """`ElectraConfig` for :class:`ElectraForContextualAS2` (model type ``contextual_electra``)."""
+
+    model_type = "contextual_electra"
+
+    contextual: bool = True
+    token_type_init: str = "scratch"
+    sep_token_id: int | None = 102
+    type_vocab_size: int = NUM_CONTEXTUAL_SEGMENTS
+
+    def __post_init__(self, **kwargs):
+        super().__post_init__(**kwargs)
+        _contextual_post_init(self, kwargs)
+
+
+@strict
+class ContextualBertConfig(BertConfig):
+    """`BertConfig` for :class:`BertForContextualAS2` (model type ``contextual_bert``): any BERT/MiniLM checkpoint."""
+
+    model_type = "contextual_bert"
+
+    contextual: bool = True
+    token_type_init: str = "scratch"
+    sep_token_id: int | None = 102
+    type_vocab_size: int = NUM_CONTEXTUAL_SEGMENTS
+
+    def __post_init__(self, **kwargs):
+        super().__post_init__(**kwargs)
+        _contextual_post_init(self, kwargs)

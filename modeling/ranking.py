@@ -1,0 +1,94 @@
+"""Ranking answer candidates with a (contextual) AS2 cross-encoder.
+
+Example:
+    >>> from as2hub.modeling.ranking import Ranker
+    >>> ranker = Ranker.from_pretrained("path/to/ranker")  # doctest: +SKIP
+    >>> ranker.rank("who wrote hamlet?", ["Hamlet is a tragedy.", "Shakespeare wrote it."])  # doctest: +SKIP
+    [RankedCandidate(index=1, score=0.93, text='Shakespeare wrote it.'), RankedCandidate(index=0, ...)]
+
+Speed comes from tokenizing every text once in one fast-tokenizer call, sorting pairs by length so each batch pads
+little, padding each batch only to its own longest row, and running under ``torch.inference_mode``.
+
+With a ``pipeline("text-classification", model=folder, trust_remote_code=True)`` pass the context inside the pair::
+
+    pipe({"text": question, "text_pair": context_text_pair(pipe.tokenizer, candidate, context)})
+
+The model re-derives the three segments from the separators (pipelines send no ``token_type_ids``).
+"""
+
+from dataclasses import dataclass
+
+import torch
+from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+from as2hub.data_collators.segment_layout import SegmentLayout, pad_batch
+
+
+@dataclass(frozen=True)
+class RankedCandidate:
+    index: int
+    score: float
+    text: str
+
+
+def context_text_pair(tokenizer, candidate: str, context: str) -> str:
+    """``text_pair`` that carries a context for pipelines: candidate, the layout's middle separators, context."""
+    middle = SegmentLayout.from_tokenizer(tokenizer).middle
+    return candidate + "".join(tokenizer.convert_ids_to_tokens(list(middle))) + context
+
+
+class Ranker:
+    """A model, its tokenizer and the batching that makes scoring fast."""
+
+    def __init__(self, model, tokenizer, max_length: int = 256, batch_size: int = 64):
+        self.model = model.eval()
+        self.tokenizer = tokenizer
+        self.max_length = max_length
+        self.batch_size = batch_size
+        self.layout = SegmentLayout.from_tokenizer(tokenizer)
+        self.contextual = bool(getattr(model.config, "contextual", False))
+        self.layout.check_max_length(max_length, 3 if self.contextual else 2)
+
+    @classmethod
+    def from_pretrained(cls, path: str, trust_remote_code: bool = True, **kwargs) -> "Ranker":
+        model = AutoModelForSequenceClassification.from_pretrained(path, trust_remote_code=trust_remote_code)
+        return cls(model, AutoTokenizer.from_pretrained(path), **kwargs)
+
+    def _tokens(self, texts: list[str]) -> list[list[int]]:
+        unique = list(dict.fromkeys(texts))
+        ids = self.tokenizer(unique, add_special_tokens=False)["input_ids"] if unique else []
+        lookup = dict(zip(unique, ids))
+        return [lookup[text] for text in texts]
+
+    @torch.inference_mode()
+    def score_pairs(
+        self, questions: list[str], candidates: list[str], contexts: list[str] | None = None
+    ) -> torch.Tensor:
+        """Probability of "correct" for each (question, candidate[, context]), in input order."""
+        if len(questions) != len(candidates) or (contexts is not None and len(contexts) != len(candidates)):
+            raise ValueError("questions, candidates and contexts must have the same length")
+        segments = [self._tokens(questions), self._tokens(candidates)]
+        if self.contextual:
+            segments.append(self._tokens(contexts or [""] * len(candidates)))
+        num_types = self.model.config.type_vocab_size
+        rows = [self.layout.build(list(parts), self.max_length, num_types) for parts in zip(*segments)]
+        order = sorted(range(len(rows)), key=lambda i: len(rows[i][0]))
+        scores = torch.empty(len(rows))
+        device = self.model.device
+        for start in range(0, len(order), self.batch_size):
+            chunk = order[start : start + self.batch_size]
+            batch = pad_batch([rows[i] for i in chunk], self.layout.pad_token_id)
+            logits = self.model(**{k: v.to(device) for k, v in batch.items()}).logits.float()
+            scores[chunk] = self.model.logits_to_scores(logits).cpu()
+        return scores
+
+    def rank(self, question: str, candidates: list[str], contexts: list[str] | None = None) -> list[RankedCandidate]:
+        """Candidates sorted by score, best first."""
+        scores = self.score_pairs([question] * len(candidates), candidates, contexts).tolist()
+        ranked = sorted(range(len(candidates)), key=lambda i: -scores[i])
+        return [RankedCandidate(i, scores[i], candidates[i]) for i in ranked]
+
+
+def rank(model, tokenizer, question: str, candidates: list[str], contexts: list[str] | None = None, **kwargs):
+    """One-call ranking: ``rank(model, tokenizer, q, candidates, contexts=None)`` -> sorted :class:`RankedCandidate`."""
+    return Ranker(model, tokenizer, **kwargs).rank(question, candidates, contexts)
