@@ -59,8 +59,12 @@ class SegmentLayout:
         """Truncate longest-first to ``max_length``, add special tokens, return (input_ids, token_type_ids).
 
         Segment ``i`` covers its tokens and the separators that close it (the first segment also owns the prefix);
-        ids are clamped to ``num_token_types - 1`` so a one-row RoBERTa table gets zeros everywhere.
+        ids are clamped to ``num_token_types - 1`` so a one-row RoBERTa table gets zeros everywhere. An empty last
+        segment (a candidate with no context) is left out rather than written as back-to-back separators, which a
+        model reading segments off the separators could not tell apart from one separator run.
         """
+        while len(segments) > 2 and not segments[-1]:
+            segments = segments[:-1]
         budget = max_length - self.num_special_tokens(len(segments))
         lengths = longest_first_lengths([len(s) for s in segments], budget)
         input_ids = list(self.prefix)
@@ -78,11 +82,11 @@ class SegmentLayout:
 def longest_first_lengths(lengths: list[int], budget: int) -> list[int]:
     """Lengths after removing tokens one at a time from the longest segment until the total fits ``budget``.
 
-    Computed in closed form (water-filling) rather than token by token. Where segments tie, the earlier segment keeps
-    the extra token, so the question is cut last.
+    Computed in closed form (water-filling) rather than token by token. Where segments tie, the earlier one loses the
+    token, so the later segment keeps the odd one: for pairs this is exactly what the ``tokenizers`` library does.
 
     >>> longest_first_lengths([5, 40, 30], 30)
-    [5, 13, 12]
+    [5, 12, 13]
     """
     if sum(lengths) <= budget:
         return list(lengths)
@@ -94,11 +98,11 @@ def longest_first_lengths(lengths: list[int], budget: int) -> list[int]:
         if lengths[index] * still_open <= remaining:
             remaining -= lengths[index]
             continue
-        # Every segment from here on is cut to a common cap; leftover tokens go to the earliest segments.
+        # Every segment from here on is cut to a common cap; leftover tokens go to the latest segments.
         capped = sorted(order[rank:])
         cap, extra = divmod(remaining, still_open)
         for position, capped_index in enumerate(capped):
-            result[capped_index] = cap + (1 if position < extra else 0)
+            result[capped_index] = cap + (1 if position >= still_open - extra else 0)
         break
     return result
 

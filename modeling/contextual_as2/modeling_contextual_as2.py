@@ -68,6 +68,7 @@ class ContextualAS2Mixin:
         labels (`torch.LongTensor` of shape `(batch_size,)`, *optional*):
             1 if the candidate is a correct answer, else 0. Cross-entropy (binary with a single logit).
         """
+        return_dict = kwargs.pop("return_dict", None)
         if token_type_ids is None and input_ids is not None:
             token_type_ids = infer_token_type_ids(
                 input_ids, self.config.sep_token_id, self.config.type_vocab_size, attention_mask
@@ -83,9 +84,10 @@ class ContextualAS2Mixin:
         )
         logits = self._classify(outputs)
         loss = self._loss(logits, labels) if labels is not None else None
-        return SequenceClassifierOutput(
+        output = SequenceClassifierOutput(
             loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
         )
+        return output.to_tuple() if return_dict is False else output
 
     def _loss(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
         labels = labels.to(logits.device).view(-1)
