@@ -82,11 +82,12 @@ class SegmentLayout:
 def longest_first_lengths(lengths: list[int], budget: int) -> list[int]:
     """Lengths after removing tokens one at a time from the longest segment until the total fits ``budget``.
 
-    Computed in closed form (water-filling) rather than token by token. Where segments tie, the earlier one loses the
-    token, so the later segment keeps the odd one: for pairs this is exactly what the ``tokenizers`` library does.
+    Computed in closed form (water-filling) rather than token by token. Segments cut to the common cap share the
+    leftover tokens longest-original first (the later segment on a tie), which for pairs is exactly what the
+    ``tokenizers`` library does.
 
     >>> longest_first_lengths([5, 40, 30], 30)
-    [5, 12, 13]
+    [5, 13, 12]
     """
     if sum(lengths) <= budget:
         return list(lengths)
@@ -98,8 +99,9 @@ def longest_first_lengths(lengths: list[int], budget: int) -> list[int]:
         if lengths[index] * still_open <= remaining:
             remaining -= lengths[index]
             continue
-        # Every segment from here on is cut to a common cap; leftover tokens go to the latest segments.
-        capped = sorted(order[rank:])
+        # Every segment from here on is cut to a common cap; `order` sorts them by (length, index), and the leftover
+        # tokens go to the last ones: the longest originals, the later segment on a tie.
+        capped = order[rank:]
         cap, extra = divmod(remaining, still_open)
         for position, capped_index in enumerate(capped):
             result[capped_index] = cap + (1 if position >= still_open - extra else 0)

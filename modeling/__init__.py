@@ -1,13 +1,13 @@
 """as2hub models, registered with the Auto classes on import.
 
-    >>> import as2hub.modeling  # registers contextual_roberta, contextual_electra, contextual_bert
+    >>> import as2hub.modeling  # registers contextual_{roberta,electra,bert} and ssp_{roberta,electra,bert}
     >>> from transformers import AutoModelForSequenceClassification
     >>> model = AutoModelForSequenceClassification.from_pretrained("path/to/ranker")  # doctest: +SKIP
 
 A saved model does not need as2hub: ``from_pretrained(folder, trust_remote_code=True)`` runs the code saved with it.
 """
 
-from transformers import AutoConfig, AutoModel, AutoModelForSequenceClassification
+from transformers import AutoConfig, AutoModel, AutoModelForPreTraining, AutoModelForSequenceClassification
 
 from .contextual_as2 import (
     BertForContextualAS2,
@@ -16,6 +16,15 @@ from .contextual_as2 import (
     ContextualRobertaConfig,
     ElectraForContextualAS2,
     RobertaForContextualAS2,
+)
+from .ssp_pretraining import (
+    BertForSSPPretraining,
+    ElectraForSSPPretraining,
+    RobertaForSSPPretraining,
+    SSPBertConfig,
+    SSPElectraConfig,
+    SSPPretrainingOutput,
+    SSPRobertaConfig,
 )
 
 CONTEXTUAL_MODELS = {
@@ -32,12 +41,28 @@ def _register(config_class, model_class, auto_model_classes=(AutoModel, AutoMode
         auto_class.register(config_class, model_class, exist_ok=True)
 
 
+SSP_MODELS = {
+    "roberta": (SSPRobertaConfig, RobertaForSSPPretraining),
+    "electra": (SSPElectraConfig, ElectraForSSPPretraining),
+    "bert": (SSPBertConfig, BertForSSPPretraining),
+}
+
 for _config_class, _model_class in CONTEXTUAL_MODELS.values():
     _register(_config_class, _model_class)
+for _config_class, _model_class in SSP_MODELS.values():
+    _register(_config_class, _model_class, (AutoModel, AutoModelForPreTraining))
 
 __all__ = [
     "BertForContextualAS2",
+    "BertForSSPPretraining",
     "CONTEXTUAL_MODELS",
+    "ElectraForSSPPretraining",
+    "RobertaForSSPPretraining",
+    "SSPBertConfig",
+    "SSPElectraConfig",
+    "SSPPretrainingOutput",
+    "SSPRobertaConfig",
+    "SSP_MODELS",
     "ContextualBertConfig",
     "ContextualElectraConfig",
     "ContextualRobertaConfig",

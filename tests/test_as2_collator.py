@@ -8,11 +8,12 @@ from as2hub.data_collators import ContextualAS2Collator, SegmentLayout, longest_
 
 
 def naive_longest_first(lengths, budget):
-    """Reference: remove one token at a time from the longest segment (the earlier one on ties)."""
-    lengths = list(lengths)
+    """Reference: remove one token at a time from the longest segment; on a tie from the one that was shorter
+    before truncation, then from the earlier one."""
+    original, lengths = list(lengths), list(lengths)
     while sum(lengths) > budget:
         longest = max(lengths)
-        index = min(i for i, length in enumerate(lengths) if length == longest)
+        index = min((original[i], i) for i, length in enumerate(lengths) if length == longest)[1]
         lengths[index] -= 1
     return lengths
 
@@ -42,13 +43,16 @@ def test_layout_read_from_the_tokenizer(tokenizers, style):
 
 
 @pytest.mark.parametrize("style", ["roberta", "bert"])
-def test_pairs_truncate_like_the_tokenizer(tokenizers, style):
+@pytest.mark.parametrize("max_length", [20, 33, 40, 41, 47])
+@pytest.mark.parametrize("long_question", [True, False])
+def test_pairs_truncate_like_the_tokenizer(tokenizers, style, max_length, long_question):
     tokenizer = tokenizers[style]
-    question = "What is the difference between a list and a tuple in Python?"
-    candidate = "Lists are mutable sequences, typically used to store collections of homogeneous items. " * 3
-    collator = ContextualAS2Collator(tokenizer, max_length=40, contextual=False)
+    short = "What is the difference between a list and a tuple in Python?"
+    long = "Lists are mutable sequences, typically used to store collections of homogeneous items. " * 3
+    question, candidate = (long, short) if long_question else (short, long)
+    collator = ContextualAS2Collator(tokenizer, max_length=max_length, contextual=False)
     ids, types = collator.encode(question, candidate)
-    reference = tokenizer(question, candidate, truncation="longest_first", max_length=40)
+    reference = tokenizer(question, candidate, truncation="longest_first", max_length=max_length)
     assert ids == reference["input_ids"]
     if "token_type_ids" in reference:
         assert types == reference["token_type_ids"]

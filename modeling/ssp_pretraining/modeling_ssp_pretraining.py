@@ -1,0 +1,538 @@
+"""Structure-aware continued pre-training: MLM (RoBERTa/BERT) or MLM + replaced-token detection (ELECTRA), plus a
+binary sentence-level task on the first token (Di Liello et al., 2022: SSP, SP, PSD on pairs; Di Liello et al., 2023:
+SDC, DPC, DSLC on (a, b, c) triplets with three segment ids).
+
+Parameter names are the stock ones, so a pre-trained model goes straight into fine-tuning:
+
+- the encoder is ``roberta.*`` / ``bert.*`` / ``electra.*`` (the discriminator);
+- the MLM head is ``lm_head.*`` (RobertaForMaskedLM) / ``cls.predictions.*`` (BertForMaskedLM), tied to the word
+  embeddings, so a masked-LM checkpoint's head loads;
+- the sentence-level head is ``classifier.*`` with one logit labelled ``"correct"`` (binary cross-entropy), named and
+  shaped as in the stock ``*ForSequenceClassification`` and the contextual AS2 models, so it loads into both;
+- ELECTRA's generator is ``generator.*`` / ``generator_predictions.*`` / ``generator_lm_head.*``; it shares the
+  discriminator's word, position and token-type embeddings (declared as tied weights: the checkpoint holds one copy).
+
+This folder is Hub remote code: it imports only torch, transformers and its siblings.
+
+Example:
+    >>> from transformers import AutoTokenizer, Trainer
+    >>> model = RobertaForSSPPretraining.from_pretrained("FacebookAI/roberta-base", num_segments=3)  # doctest: +SKIP
+    >>> collator = PretrainingCollator(tokenizer, max_length=128)  # as2hub.data_collators  # doctest: +SKIP
+    >>> Trainer(model=model, data_collator=collator, train_dataset=triplets, args=args).train()  # doctest: +SKIP
+    >>> model.save_pretrained("roberta-sdc")  # doctest: +SKIP
+    >>> RobertaForContextualAS2.from_pretrained("roberta-sdc")  # encoder and head load  # doctest: +SKIP
+    >>> electra = ElectraForSSPPretraining.from_pretrained("google/electra-base-discriminator")  # doctest: +SKIP
+    >>> electra.export_discriminator("electra-sdc")  # then ElectraForContextualAS2.from_pretrained("electra-sdc")
+"""
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+from transformers import ElectraConfig, ElectraForMaskedLM, ElectraForSequenceClassification
+from transformers.modeling_outputs import ModelOutput
+from transformers.models.bert.modeling_bert import BertModel, BertOnlyMLMHead, BertPreTrainedModel
+from transformers.models.electra.modeling_electra import (
+    ElectraClassificationHead,
+    ElectraDiscriminatorPredictions,
+    ElectraGeneratorPredictions,
+    ElectraModel,
+    ElectraPreTrainedModel,
+)
+from transformers.models.roberta.modeling_roberta import (
+    RobertaClassificationHead,
+    RobertaLMHead,
+    RobertaModel,
+    RobertaPreTrainedModel,
+)
+
+from .configuration_ssp_pretraining import SSPBertConfig, SSPElectraConfig, SSPRobertaConfig
+from .segments import grow_token_type_embeddings, infer_token_type_ids
+
+AUTO_CLASSES = ("AutoModel", "AutoModelForPreTraining")
+
+
+@dataclass
+class SSPPretrainingOutput(ModelOutput):
+    """Output of the ``*ForSSPPretraining`` models.
+
+    Args:
+        loss: ``mlm_weight * mlm_loss + cls_weight * cls_loss`` (+ ``rtd_weight * rtd_loss`` for ELECTRA), over the
+            components whose labels were given.
+        mlm_loss: cross-entropy over the masked positions (ELECTRA: the generator's).
+        rtd_loss: ELECTRA replaced-token detection, binary cross-entropy over the non-padding tokens.
+        cls_loss: sentence-level loss (binary cross-entropy with one logit, cross-entropy with two).
+        cls_logits: ``(batch, num_labels)`` logits of the sentence-level head.
+        mlm_logits: ``(batch, length, vocab)``; only when ``config.return_mlm_logits``.
+        rtd_logits: ELECTRA ``(batch, length)`` logits that a token was replaced.
+        rtd_labels: ELECTRA ``(batch, length)`` 1 where the sampled token differs from the original.
+        cls_accuracy: fraction of the batch whose sentence label is predicted correctly.
+        rtd_accuracy: ELECTRA accuracy of replaced-token detection over the non-padding tokens.
+    """
+
+    loss: torch.FloatTensor | None = None
+    mlm_loss: torch.FloatTensor | None = None
+    rtd_loss: torch.FloatTensor | None = None
+    cls_loss: torch.FloatTensor | None = None
+    cls_logits: torch.FloatTensor | None = None
+    mlm_logits: torch.FloatTensor | None = None
+    rtd_logits: torch.FloatTensor | None = None
+    rtd_labels: torch.LongTensor | None = None
+    cls_accuracy: torch.FloatTensor | None = None
+    rtd_accuracy: torch.FloatTensor | None = None
+    hidden_states: tuple[torch.FloatTensor, ...] | None = None
+    attentions: tuple[torch.FloatTensor, ...] | None = None
+
+
+def masked_lm_loss(
+    hidden_states: torch.Tensor, labels: torch.Tensor, head: nn.Module, vocab_size: int, full_logits: bool
+) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
+    """Cross-entropy over positions whose label is not -100; returns (loss, full logits or None, masked logits).
+
+    Unless ``full_logits``, the head only runs on the masked rows (~15% of the tokens), which avoids materialising a
+    ``(batch, length, vocab)`` tensor. A batch without masked tokens gives a zero loss that keeps the graph.
+    """
+    labels = labels.to(hidden_states.device)
+    selected = labels != -100
+    logits = head(hidden_states) if full_logits else None
+    masked_logits = logits[selected] if full_logits else head(hidden_states[selected])
+    if masked_logits.shape[0] == 0:
+        return masked_logits.sum() * 0.0, logits, masked_logits
+    loss = nn.functional.cross_entropy(masked_logits.view(-1, vocab_size).float(), labels[selected])
+    return loss, logits, masked_logits
+
+
+class SSPPretrainingMixin:
+    """What the backbones share: segment inference, the sentence-level loss, table growth and a complete auto_map."""
+
+    # Every loss is a mean over its own items: Trainer must scale it for gradient accumulation itself.
+    accepts_loss_kwargs = False
+
+    def _token_type_ids(self, input_ids, token_type_ids, attention_mask):
+        if token_type_ids is None and input_ids is not None:
+            token_type_ids = infer_token_type_ids(
+                input_ids, self.config.sep_token_id, self.config.type_vocab_size, attention_mask
+            )
+        return token_type_ids
+
+    def _sentence_loss(self, logits: torch.Tensor, sentence_labels: torch.Tensor):
+        """(loss, accuracy): binary cross-entropy with one logit (1 = positive), cross-entropy with two."""
+        labels = sentence_labels.to(logits.device).view(-1).long()
+        if logits.shape[-1] == 1:
+            loss = nn.functional.binary_cross_entropy_with_logits(logits.view(-1).float(), labels.float())
+            predictions = (logits.view(-1) > 0).long()
+        else:
+            loss = nn.functional.cross_entropy(logits.float(), labels)
+            predictions = logits.argmax(-1)
+        accuracy = (predictions == labels).float().mean().detach()
+        return loss, accuracy
+
+    def _weighted_sum(self, **components) -> torch.Tensor | None:
+        """``sum(config.<name>_weight * loss)`` over the given losses; None when none was computed."""
+        total = None
+        for name, loss in components.items():
+            weight = getattr(self.config, f"{name}_weight")
+            if loss is None or weight == 0:
+                continue
+            total = weight * loss if total is None else total + weight * loss
+        return total
+
+    def _mlm_and_sentence_outputs(
+        self, hidden, cls_logits, mlm_head, labels, sentence_labels, outputs
+    ) -> SSPPretrainingOutput:
+        mlm_loss = mlm_logits = cls_loss = cls_accuracy = None
+        if labels is not None:
+            mlm_loss, mlm_logits, _ = masked_lm_loss(
+                hidden, labels, mlm_head, self.config.vocab_size, self.config.return_mlm_logits
+            )
+        elif self.config.return_mlm_logits:
+            mlm_logits = mlm_head(hidden)
+        if sentence_labels is not None:
+            cls_loss, cls_accuracy = self._sentence_loss(cls_logits, sentence_labels)
+        return SSPPretrainingOutput(
+            loss=self._weighted_sum(mlm=mlm_loss, cls=cls_loss),
+            mlm_loss=mlm_loss,
+            cls_loss=cls_loss,
+            cls_logits=cls_logits,
+            mlm_logits=mlm_logits,
+            cls_accuracy=cls_accuracy,
+            hidden_states=outputs.hidden_states,
+            attentions=outputs.attentions,
+        )
+
+    def grow_token_types(self, num_token_types: int | None = None) -> None:
+        """Grow the token-type table to ``num_token_types`` rows (default ``config.num_segments``)."""
+        num_token_types = num_token_types or self.config.num_segments
+        embeddings = self.base_model.embeddings
+        embeddings.token_type_embeddings = grow_token_type_embeddings(
+            embeddings.token_type_embeddings,
+            num_token_types,
+            self.config.token_type_init,
+            self.config.initializer_range,
+        )
+        self.config.type_vocab_size = embeddings.token_type_embeddings.num_embeddings
+
+    @classmethod
+    def from_pretrained(cls, *args, **kwargs):
+        """Load a checkpoint of the backbone (or of this model) and grow its token-type table to ``num_segments``.
+
+        The checkpoint is loaded with its own table size, so a 1-row RoBERTa or 2-row BERT/ELECTRA table does not
+        mismatch; ``from_pretrained(path, num_segments=3)`` prepares a stock checkpoint for triplets.
+        """
+        loaded = super().from_pretrained(*args, **kwargs)
+        model = loaded[0] if isinstance(loaded, tuple) else loaded  # output_loading_info=True
+        if model.config.type_vocab_size < model.config.num_segments:
+            model.grow_token_types()
+        return loaded
+
+    def save_pretrained(self, save_directory, *args, **kwargs):
+        # transformers only writes the class being saved into auto_map; list every Auto class this model serves.
+        module = type(self).__module__.rsplit(".", 1)[-1]
+        self.config.auto_map = {
+            "AutoConfig": f"{type(self.config).__module__.rsplit('.', 1)[-1]}.{type(self.config).__name__}",
+            **{auto: f"{module}.{type(self).__name__}" for auto in AUTO_CLASSES},
+        }
+        return super().save_pretrained(save_directory, *args, **kwargs)
+
+
+class RobertaForSSPPretraining(SSPPretrainingMixin, RobertaPreTrainedModel):
+    """RoBERTa with an MLM head and a sentence-level head on ``<s>``; loss = w_mlm * MLM + w_cls * CLS.
+
+    Loads RobertaModel / RobertaForMaskedLM checkpoints (``lm_head`` included); the result loads into
+    :class:`RobertaForContextualAS2` and stock ``RobertaForSequenceClassification(num_labels=1)``.
+
+    Example:
+        >>> model = RobertaForSSPPretraining.from_pretrained("FacebookAI/roberta-base")  # doctest: +SKIP
+        >>> out = model(**batch)  # batch from PretrainingCollator: labels (MLM) and sentence_labels  # doctest: +SKIP
+        >>> out.loss, out.mlm_loss, out.cls_loss, out.cls_accuracy  # doctest: +SKIP
+    """
+
+    config_class = SSPRobertaConfig
+    # As stock RobertaForMaskedLM: the decoder is the word-embedding matrix (when config.tie_word_embeddings).
+    _tied_weights_keys = {
+        "lm_head.decoder.weight": "roberta.embeddings.word_embeddings.weight",
+        "lm_head.decoder.bias": "lm_head.bias",
+    }
+
+    def __init__(self, config: SSPRobertaConfig):
+        super().__init__(config)
+        self.roberta = RobertaModel(config, add_pooling_layer=False)
+        self.lm_head = RobertaLMHead(config)
+        self.classifier = RobertaClassificationHead(config)
+        self.post_init()
+
+    def get_output_embeddings(self):
+        return self.lm_head.decoder
+
+    def set_output_embeddings(self, new_embeddings):
+        self.lm_head.decoder = new_embeddings
+
+    def forward(
+        self,
+        input_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        labels: torch.Tensor | None = None,
+        sentence_labels: torch.Tensor | None = None,
+        **kwargs,
+    ) -> SSPPretrainingOutput:
+        r"""
+        token_type_ids: segment ids (0, 1[, 2]); inferred from the separators when omitted.
+        labels: MLM targets ``(batch, length)``, -100 where no prediction is made.
+        sentence_labels: ``(batch,)`` 1 for a positive pair/triplet (e.g. same paragraph), 0 otherwise.
+        """
+        token_type_ids = self._token_type_ids(input_ids, token_type_ids, attention_mask)
+        outputs = self.roberta(
+            input_ids,
+            attention_mask=attention_mask,
+            token_type_ids=token_type_ids,
+            position_ids=position_ids,
+            inputs_embeds=inputs_embeds,
+            return_dict=True,
+            **kwargs,
+        )
+        hidden = outputs.last_hidden_state
+        return self._mlm_and_sentence_outputs(
+            hidden, self.classifier(hidden), self.lm_head, labels, sentence_labels, outputs
+        )
+
+
+class BertForSSPPretraining(SSPPretrainingMixin, BertPreTrainedModel):
+    """BERT-family (BERT, MiniLM, ...) with an MLM head and a sentence-level head on the pooled [CLS].
+
+    ``cls.predictions`` is named as in BertForMaskedLM/BertForPreTraining (a checkpoint's MLM head loads when present);
+    ``dropout`` + ``classifier`` as in BertForSequenceClassification / :class:`BertForContextualAS2`.
+
+    Example:
+        >>> model = BertForSSPPretraining.from_pretrained("sentence-transformers/all-MiniLM-L6-v2")  # doctest: +SKIP
+        >>> # ... continued pre-training, save_pretrained("minilm-ssp"), then
+        >>> BertForContextualAS2.from_pretrained("minilm-ssp")  # doctest: +SKIP
+    """
+
+    config_class = SSPBertConfig
+    _tied_weights_keys = {
+        "cls.predictions.decoder.weight": "bert.embeddings.word_embeddings.weight",
+        "cls.predictions.decoder.bias": "cls.predictions.bias",
+    }
+
+    def __init__(self, config: SSPBertConfig):
+        super().__init__(config)
+        self.bert = BertModel(config)
+        self.cls = BertOnlyMLMHead(config)
+        dropout = config.classifier_dropout if config.classifier_dropout is not None else config.hidden_dropout_prob
+        self.dropout = nn.Dropout(dropout)
+        self.classifier = nn.Linear(config.hidden_size, config.num_labels)
+        self.post_init()
+
+    def get_output_embeddings(self):
+        return self.cls.predictions.decoder
+
+    def set_output_embeddings(self, new_embeddings):
+        self.cls.predictions.decoder = new_embeddings
+        self.cls.predictions.bias = new_embeddings.bias
+
+    def forward(
+        self,
+        input_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        labels: torch.Tensor | None = None,
+        sentence_labels: torch.Tensor | None = None,
+        **kwargs,
+    ) -> SSPPretrainingOutput:
+        r"""Same arguments as :meth:`RobertaForSSPPretraining.forward`."""
+        token_type_ids = self._token_type_ids(input_ids, token_type_ids, attention_mask)
+        outputs = self.bert(
+            input_ids,
+            attention_mask=attention_mask,
+            token_type_ids=token_type_ids,
+            position_ids=position_ids,
+            inputs_embeds=inputs_embeds,
+            return_dict=True,
+            **kwargs,
+        )
+        cls_logits = self.classifier(self.dropout(outputs.pooler_output))
+        return self._mlm_and_sentence_outputs(
+            outputs.last_hidden_state, cls_logits, self.cls, labels, sentence_labels, outputs
+        )
+
+
+class ElectraForSSPPretraining(SSPPretrainingMixin, ElectraPreTrainedModel):
+    """ELECTRA generator + discriminator; loss = w_mlm * MLM (generator) + w_rtd * RTD + w_cls * CLS (discriminator).
+
+    At the masked positions (``labels != -100``) replacements are sampled from the generator without gradient; the
+    discriminator (``electra.*``, ``discriminator_predictions`` as in ElectraForPreTraining) detects, over the
+    non-padding tokens, which tokens differ from the original, and classifies the pair/triplet with ``classifier``
+    (as ElectraForSequenceClassification). Word, position and token-type embeddings are shared between the two
+    networks, and the generator's output layer is tied to the word embeddings (``tie_word_embeddings``).
+
+    Example:
+        >>> model = ElectraForSSPPretraining.from_pretrained("google/electra-base-discriminator")  # doctest: +SKIP
+        >>> model = ElectraForSSPPretraining.from_discriminator_and_generator(  # doctest: +SKIP
+        ...     "google/electra-base-discriminator", "google/electra-base-generator", num_segments=3)
+        >>> # ... continued pre-training ...
+        >>> model.export_discriminator("electra-sdc")  # doctest: +SKIP
+        >>> ElectraForContextualAS2.from_pretrained("electra-sdc")  # doctest: +SKIP
+    """
+
+    config_class = SSPElectraConfig
+    _shared_embeddings = {
+        f"generator.embeddings.{name}.weight": f"electra.embeddings.{name}.weight"
+        for name in ("word_embeddings", "position_embeddings", "token_type_embeddings")
+    }
+    _lm_head_tie = {"generator_lm_head.weight": "electra.embeddings.word_embeddings.weight"}
+    # All four are declared here because `save_pretrained` reads the class attribute to decide which alias of a shared
+    # tensor to drop; which ones are actually tied is decided by `get_expanded_tied_weights_keys` below.
+    _tied_weights_keys = {**_shared_embeddings, **_lm_head_tie}
+
+    def __init__(self, config: SSPElectraConfig):
+        super().__init__(config)
+        self.electra = ElectraModel(config)
+        self.discriminator_predictions = ElectraDiscriminatorPredictions(config)
+        self.classifier = ElectraClassificationHead(config)
+        generator_config = config.generator_config
+        self.generator = ElectraModel(generator_config)
+        self.generator_predictions = ElectraGeneratorPredictions(generator_config)
+        self.generator_lm_head = nn.Linear(generator_config.embedding_size, config.vocab_size)
+        self.post_init()
+
+    def get_expanded_tied_weights_keys(self, all_submodels: bool = False) -> dict:
+        """Embedding sharing is part of the architecture (always tied); the generator's output layer follows
+        ``config.tie_word_embeddings``. (transformers gates the whole ``_tied_weights_keys`` on that flag.)"""
+        if all_submodels:
+            return super().get_expanded_tied_weights_keys(all_submodels=True)
+        tied = dict(self._shared_embeddings)
+        if self.config.tie_word_embeddings:
+            tied.update(self._lm_head_tie)
+        return tied
+
+    def get_output_embeddings(self):
+        return self.generator_lm_head
+
+    def set_output_embeddings(self, new_embeddings):
+        self.generator_lm_head = new_embeddings
+
+    def grow_token_types(self, num_token_types: int | None = None) -> None:
+        super().grow_token_types(num_token_types)
+        # The generator reads the same (now larger) table.
+        self.generator.embeddings.token_type_embeddings = self.electra.embeddings.token_type_embeddings
+        self.config.generator_config.type_vocab_size = self.config.type_vocab_size
+        self.tie_weights()
+
+    def forward(
+        self,
+        input_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
+        labels: torch.Tensor | None = None,
+        sentence_labels: torch.Tensor | None = None,
+        **kwargs,
+    ) -> SSPPretrainingOutput:
+        r"""
+        input_ids: the masked inputs (from PretrainingCollator); the generator fills the masked positions.
+        labels: original tokens at the masked positions, -100 elsewhere. Without them there is no MLM/RTD.
+        sentence_labels: ``(batch,)`` 1 for a positive pair/triplet, 0 otherwise.
+        """
+        token_type_ids = self._token_type_ids(input_ids, token_type_ids, attention_mask)
+        mlm_loss = mlm_logits = rtd_labels = None
+        discriminator_inputs = input_ids
+        if labels is not None:
+            labels = labels.to(input_ids.device)
+            generator_hidden = self.generator(
+                input_ids,
+                attention_mask=attention_mask,
+                token_type_ids=token_type_ids,
+                position_ids=position_ids,
+                return_dict=True,
+            ).last_hidden_state
+            mlm_loss, mlm_logits, masked_logits = masked_lm_loss(
+                generator_hidden, labels, self._generator_head, self.config.vocab_size, self.config.return_mlm_logits
+            )
+            masked = labels != -100
+            discriminator_inputs = input_ids.clone()
+            discriminator_inputs[masked] = self.sample(masked_logits.detach())
+            original = torch.where(masked, labels, input_ids)
+            rtd_labels = (discriminator_inputs != original).long()
+        outputs = self.electra(
+            discriminator_inputs,
+            attention_mask=attention_mask,
+            token_type_ids=token_type_ids,
+            position_ids=position_ids,
+            return_dict=True,
+            **kwargs,
+        )
+        hidden = outputs.last_hidden_state
+        rtd_logits = self.discriminator_predictions(hidden)
+        cls_logits = self.classifier(hidden)
+        rtd_loss = rtd_accuracy = cls_loss = cls_accuracy = None
+        if rtd_labels is not None:
+            active = attention_mask.bool() if attention_mask is not None else torch.ones_like(rtd_labels, dtype=bool)
+            active_logits, active_labels = rtd_logits[active].float(), rtd_labels[active].float()
+            rtd_loss = nn.functional.binary_cross_entropy_with_logits(active_logits, active_labels)
+            rtd_accuracy = ((active_logits > 0).float() == active_labels).float().mean().detach()
+        if sentence_labels is not None:
+            cls_loss, cls_accuracy = self._sentence_loss(cls_logits, sentence_labels)
+        return SSPPretrainingOutput(
+            loss=self._weighted_sum(mlm=mlm_loss, rtd=rtd_loss, cls=cls_loss),
+            mlm_loss=mlm_loss,
+            rtd_loss=rtd_loss,
+            cls_loss=cls_loss,
+            cls_logits=cls_logits,
+            mlm_logits=mlm_logits,
+            rtd_logits=rtd_logits,
+            rtd_labels=rtd_labels,
+            cls_accuracy=cls_accuracy,
+            rtd_accuracy=rtd_accuracy,
+            hidden_states=outputs.hidden_states,
+            attentions=outputs.attentions,
+        )
+
+    def _generator_head(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        return self.generator_lm_head(self.generator_predictions(hidden_states))
+
+    @torch.no_grad()
+    def sample(self, logits: torch.Tensor) -> torch.Tensor:
+        """Draw one token per row of ``logits`` (``config.sampling`` at ``config.generator_temperature``)."""
+        logits = logits.float() / self.config.generator_temperature
+        if logits.shape[0] == 0:
+            return logits.new_zeros(0, dtype=torch.long)
+        if self.config.sampling == "gumbel":
+            uniform = torch.rand_like(logits).clamp_(1e-9, 1.0 - 1e-9)
+            return (logits - torch.log(-torch.log(uniform))).argmax(-1)
+        return torch.multinomial(logits.softmax(-1), 1).squeeze(-1)
+
+    def export_discriminator(self, save_directory, **kwargs) -> ElectraForSequenceClassification:
+        """Save the discriminator and its sentence-level head as a stock ``ElectraForSequenceClassification``.
+
+        The folder (config + weights ``electra.*`` and ``classifier.*``) loads into
+        :class:`ElectraForContextualAS2`, ``ElectraForSequenceClassification`` and ``ElectraModel`` without missing
+        encoder weights. The generator and the RTD head are left out: save the whole model to resume pre-training.
+        Returns the exported model.
+        """
+        exported = ElectraForSequenceClassification(self.config.discriminator_config())
+        state = {
+            key: value
+            for key, value in self.state_dict().items()
+            if key.startswith(("electra.", "classifier.")) and key in exported.state_dict()
+        }
+        missing, unexpected = exported.load_state_dict(state, strict=False)
+        if missing or unexpected:
+            raise RuntimeError(f"discriminator export mismatch: missing {missing}, unexpected {unexpected}")
+        exported.save_pretrained(save_directory, **kwargs)
+        return exported
+
+    def load_generator(self, generator, **kwargs) -> None:
+        """Copy a stock generator (``ElectraForMaskedLM`` instance or checkpoint path) into ``generator.*``.
+
+        Its encoder, prediction head and output bias are copied; the embeddings stay shared with the discriminator
+        (ELECTRA trains them shared, so released generator/discriminator pairs hold the same tables). The generator
+        must match ``config.generator_config`` in size: see :meth:`from_discriminator_and_generator`.
+        """
+        if not isinstance(generator, ElectraForMaskedLM):
+            generator = ElectraForMaskedLM.from_pretrained(generator, **kwargs)
+        shared = {key.split(".", 1)[1] for key in self._shared_embeddings}
+        state = {}
+        for key, value in generator.state_dict().items():
+            if key.startswith("electra."):
+                inner = key.split(".", 1)[1]
+                if inner not in shared:
+                    state[f"generator.{inner}"] = value
+            elif key.startswith("generator_predictions.") or key == "generator_lm_head.bias":
+                state[key] = value
+            elif key == "generator_lm_head.weight" and not self.config.tie_word_embeddings:
+                state[key] = value
+        own = self.state_dict()
+        for key, value in state.items():
+            if key not in own or own[key].shape != value.shape:
+                raise ValueError(f"generator weight {key} {tuple(value.shape)} does not fit this model's generator")
+        with torch.no_grad():
+            for key, value in state.items():
+                own[key].copy_(value)
+
+    @classmethod
+    def from_discriminator_and_generator(cls, discriminator, generator, num_segments: int = 2, **kwargs):
+        """Build from a stock discriminator checkpoint and a stock generator checkpoint (e.g. google/electra-*).
+
+        ``kwargs`` go to ``from_pretrained`` of the discriminator (config fields such as ``rtd_weight`` included).
+        """
+        config = kwargs.pop("config", None) or cls.config_class.from_pretrained(
+            discriminator, num_segments=num_segments
+        )
+        generator_config = ElectraConfig.from_pretrained(generator)
+        generator_config.type_vocab_size = config.type_vocab_size
+        config.generator_config = generator_config
+        if generator_config.embedding_size != config.embedding_size:
+            raise ValueError("generator and discriminator must have the same embedding_size to share embeddings")
+        model = cls.from_pretrained(discriminator, config=config, **kwargs)
+        model.load_generator(generator)
+        return model
+
+
+for _model_class in (RobertaForSSPPretraining, BertForSSPPretraining, ElectraForSSPPretraining):
+    _model_class.register_for_auto_class("AutoModelForPreTraining")
+    _model_class.config_class.register_for_auto_class()
