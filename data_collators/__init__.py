@@ -1,9 +1,33 @@
-"""Data for as2hub: readers, tokenization and collators."""
+"""Data for as2hub: AS2 readers and collators, and the corpus -> structure objectives -> MLM pipeline of pre-training."""
 
 from .as2_collator import ContextualAS2Collator, tokenize_as2
 from .as2_data import AS2_COLUMNS, AS2_FEATURES, AS2Data, AS2DataError, load_as2_data, question_id_for, read_wikiqa
+from .corpus import (
+    DOCUMENT_FEATURES,
+    CorpusConfig,
+    CorpusError,
+    CorpusStats,
+    EmptyCorpusError,
+    default_corpus,
+    documents_from_dataset,
+    iter_documents,
+    load_documents,
+    split_document,
+)
 from .pretraining_collator import PretrainingCollator, default_max_length, tokenize_pretraining
+from .pretraining_data import StructurePretrainingIterableDataset, example_features, generate_pretraining_dataset
 from .segment_layout import SegmentLayout, longest_first_lengths, pad_batch
+from .sentence_splitter import get_sentence_tokenizer, install_punkt_tab, split_sentences
+from .structure_objectives import (
+    IGNORE_LABEL,
+    OBJECTIVES,
+    PAIR_OBJECTIVES,
+    TRIPLET_OBJECTIVES,
+    derive_seed,
+    generate_examples,
+    get_objective,
+    is_triplet_objective,
+)
 from .tokenizer_training import train_tokenizer
 
 __all__ = [
@@ -12,15 +36,39 @@ __all__ = [
     "AS2_COLUMNS",
     "AS2_FEATURES",
     "ContextualAS2Collator",
+    "CorpusConfig",
+    "CorpusError",
+    "CorpusStats",
+    "DOCUMENT_FEATURES",
+    "EmptyCorpusError",
+    "IGNORE_LABEL",
+    "OBJECTIVES",
+    "PAIR_OBJECTIVES",
     "PretrainingCollator",
-    "default_max_length",
-    "tokenize_pretraining",
     "SegmentLayout",
+    "StructurePretrainingIterableDataset",
+    "TRIPLET_OBJECTIVES",
+    "default_corpus",
+    "default_max_length",
+    "derive_seed",
+    "documents_from_dataset",
+    "example_features",
+    "generate_examples",
+    "generate_pretraining_dataset",
+    "get_objective",
+    "get_sentence_tokenizer",
+    "install_punkt_tab",
+    "is_triplet_objective",
+    "iter_documents",
     "load_as2_data",
+    "load_documents",
     "longest_first_lengths",
     "pad_batch",
     "question_id_for",
     "read_wikiqa",
+    "split_document",
+    "split_sentences",
     "tokenize_as2",
+    "tokenize_pretraining",
     "train_tokenizer",
 ]

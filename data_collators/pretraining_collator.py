@@ -39,8 +39,10 @@ def default_max_length(objective: str) -> int:
     >>> default_max_length("SP"), default_max_length("ssp"), default_max_length("dpc")
     (256, 128, 128)
     """
+    name = objective.lower().removeprefix("mlm_")
+    name = {"mlm": "triplet", "all": "triplet", "all_pairs": "sp"}.get(name, name)  # mixes: their longest member
     try:
-        return DEFAULT_MAX_LENGTHS[objective.lower()]
+        return DEFAULT_MAX_LENGTHS[name]
     except KeyError:
         raise ValueError(f"unknown objective {objective!r}: use one of {sorted(DEFAULT_MAX_LENGTHS)}") from None
 

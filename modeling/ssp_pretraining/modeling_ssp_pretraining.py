@@ -116,8 +116,16 @@ class SSPPretrainingMixin:
         return token_type_ids
 
     def _sentence_loss(self, logits: torch.Tensor, sentence_labels: torch.Tensor):
-        """(loss, accuracy): binary cross-entropy with one logit (1 = positive), cross-entropy with two."""
+        """(loss, accuracy): binary cross-entropy with one logit (1 = positive), cross-entropy with two.
+
+        Labels of -100 are ignored (the MLM-only ablation keeps the sampling but not the label); (None, None) when
+        the whole batch is ignored.
+        """
         labels = sentence_labels.to(logits.device).view(-1).long()
+        active = labels != -100
+        if not active.any():
+            return None, None
+        logits, labels = logits[active], labels[active]
         if logits.shape[-1] == 1:
             loss = nn.functional.binary_cross_entropy_with_logits(logits.view(-1).float(), labels.float())
             predictions = (logits.view(-1) > 0).long()
