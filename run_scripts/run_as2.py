@@ -1,0 +1,219 @@
+"""Fine-tune and evaluate a (contextual) AS2 cross-encoder with the HF Trainer.
+
+Any ``TrainingArguments`` flag works. Examples::
+
+    # WikiQA, contextual (question, candidate, previous + next sentence), early stopping on dev MAP
+    python -m as2hub.run_scripts.run_as2 --model_name_or_path sentence-transformers/all-MiniLM-L6-v2 \\
+        --dataset wikiqa --output_dir outputs/minilm-wikiqa --learning_rate 2e-5 --num_train_epochs 3
+
+    # the paper's pairwise baseline, with LoRA
+    python -m as2hub.run_scripts.run_as2 --model_name_or_path FacebookAI/roberta-base --pairwise \\
+        --use_lora --lora_r 8 --dataset data/train.jsonl --validation_file data/dev.jsonl --output_dir outputs/lora
+
+The output folder is Hub-ready (config with auto_map, remote code, safetensors, tokenizer, model card) and holds
+``test_results.json`` and ``test_predictions.jsonl`` (every test question with its candidates ranked).
+"""
+
+import logging
+import sys
+from dataclasses import dataclass, field
+
+import transformers
+from transformers import (
+    AutoConfig,
+    AutoTokenizer,
+    EarlyStoppingCallback,
+    HfArgumentParser,
+    Trainer,
+    TrainingArguments,
+    set_seed,
+)
+
+from as2hub.data_collators import ContextualAS2Collator, tokenize_as2
+from as2hub.metrics import make_compute_metrics
+from as2hub.modeling import CONTEXTUAL_MODELS, ContextualRobertaConfig, RobertaForContextualAS2
+from as2hub.run_scripts.as2_datasets import load_splits
+from as2hub.run_scripts.outputs import save_hub_folder, write_json_atomic, write_ranked_predictions
+from as2hub.run_scripts.tiny_defaults import TINY_ROBERTA, embedded_tokenizer
+
+logger = logging.getLogger("as2hub.run_as2")
+
+
+@dataclass
+class ModelArguments:
+    model_name_or_path: str | None = field(
+        default=None, metadata={"help": "Checkpoint (Hub id or folder) of a RoBERTa, ELECTRA or BERT-family model."}
+    )
+    config_name: str | None = field(
+        default=None, metadata={"help": "Config to build a model from scratch (needs --tokenizer_name)."}
+    )
+    tokenizer_name: str | None = field(default=None, metadata={"help": "Defaults to the model's."})
+    contextual: bool = field(default=True, metadata={"help": "Three segments: question, candidate, context."})
+    pairwise: bool = field(default=False, metadata={"help": "The paper's baseline: (question, candidate) only."})
+    token_type_init: str = field(
+        default="scratch", metadata={"help": "Init of grown token-type rows: 'scratch' or 'copy'."}
+    )
+    use_lora: bool = field(default=False, metadata={"help": "Fine-tune LoRA adapters (PEFT) instead of all weights."})
+    lora_r: int = 8
+    lora_alpha: int = 16
+    lora_dropout: float = 0.1
+    lora_target_modules: str = field(default="query,value", metadata={"help": "Comma-separated module names."})
+
+
+@dataclass
+class DataArguments:
+    dataset: str = field(
+        default="embedded",
+        metadata={
+            "help": "'wikiqa' (../shared/data/wikiqa or $AS2HUB_WIKIQA_DIR), 'embedded' (a sentence-selection task "
+            "built from Python's own docs, runs anywhere), or a train file (JSONL/CSV/TSV) or `datasets` path."
+        },
+    )
+    validation_file: str | None = None
+    test_file: str | None = None
+    max_length: int = field(default=256, metadata={"help": "Tokens per (question, candidate, context) input."})
+    clean_eval: bool = field(
+        default=True, metadata={"help": "Drop dev/test questions with only correct or only wrong candidates."}
+    )
+    early_stopping_patience: int = field(default=5, metadata={"help": "Evaluations without a better dev MAP."})
+    max_train_samples: int | None = None
+    max_eval_samples: int | None = None
+
+
+@dataclass
+class AS2TrainingArguments(TrainingArguments):
+    """TrainingArguments with the paper's fine-tuning defaults (no weight decay, clip 1.0, select on dev MAP)."""
+
+    output_dir: str | None = field(default="outputs/as2")
+    eval_strategy: str = field(default="epoch")
+    # "best" checkpoints whenever dev MAP improves, whatever --eval_strategy is (epoch or steps).
+    save_strategy: str = field(default="best")
+    load_best_model_at_end: bool = field(default=True)
+    metric_for_best_model: str | None = field(default="map")
+    greater_is_better: bool | None = field(default=True)
+    save_total_limit: int | None = field(default=2)
+    report_to: None | str | list[str] = field(default="none")
+    logging_steps: float = field(default=50)
+    weight_decay: float = field(default=0.0)
+    # The collator reads token columns the model's forward does not name; Trainer must not drop them.
+    remove_unused_columns: bool = field(default=False)
+    max_grad_norm: float = field(default=1.0)
+
+
+def load_model(model_args: ModelArguments, tokenizer, contextual: bool):
+    """The contextual class of the checkpoint's backbone, from a checkpoint or (with --config_name) from scratch."""
+    source = model_args.model_name_or_path or model_args.config_name
+    backbone = AutoConfig.from_pretrained(source).model_type.removeprefix("contextual_")
+    if backbone not in CONTEXTUAL_MODELS:
+        raise ValueError(f"{source}: model type {backbone!r} is not one of {sorted(CONTEXTUAL_MODELS)}")
+    config_class, model_class = CONTEXTUAL_MODELS[backbone]
+    overrides = {
+        "contextual": contextual,
+        "token_type_init": model_args.token_type_init,
+        "sep_token_id": tokenizer.sep_token_id,
+        "pad_token_id": tokenizer.pad_token_id,
+    }
+    if model_args.model_name_or_path:
+        return model_class.from_pretrained(model_args.model_name_or_path, **overrides)
+    config = config_class.from_pretrained(model_args.config_name, vocab_size=len(tokenizer), **overrides)
+    return model_class(config)
+
+
+def tiny_default(model_args: ModelArguments):
+    """No checkpoint given: a tiny RoBERTa from scratch with a tokenizer trained on the embedded corpus."""
+    logger.warning("no --model_name_or_path: training a tiny RoBERTa from scratch (a demo, not a useful ranker)")
+    tokenizer = embedded_tokenizer("roberta")
+    config = ContextualRobertaConfig(
+        vocab_size=len(tokenizer),
+        contextual=model_args.contextual and not model_args.pairwise,
+        sep_token_id=tokenizer.sep_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+        **TINY_ROBERTA,
+    )
+    return RobertaForContextualAS2(config), tokenizer
+
+
+def add_lora(model, model_args: ModelArguments):
+    from peft import LoraConfig, get_peft_model
+
+    lora = LoraConfig(
+        r=model_args.lora_r,
+        lora_alpha=model_args.lora_alpha,
+        lora_dropout=model_args.lora_dropout,
+        target_modules=[name.strip() for name in model_args.lora_target_modules.split(",")],
+        # The head and the (new) context segment rows are not pretrained: train them fully.
+        modules_to_save=["classifier", "token_type_embeddings"],
+    )
+    model = get_peft_model(model, lora)
+    model.print_trainable_parameters()
+    return model
+
+
+def main(argv: list[str] | None = None) -> dict:
+    parser = HfArgumentParser((ModelArguments, DataArguments, AS2TrainingArguments))
+    model_args, data_args, training_args = parser.parse_args_into_dataclasses(args=argv)
+    logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
+    transformers.utils.logging.set_verbosity_warning()
+    contextual = model_args.contextual and not model_args.pairwise
+    set_seed(training_args.seed)
+
+    # Read and validate every split before anything is written.
+    splits = load_splits(data_args)
+    if model_args.model_name_or_path or model_args.config_name:
+        tokenizer = AutoTokenizer.from_pretrained(model_args.tokenizer_name or model_args.model_name_or_path)
+        model = load_model(model_args, tokenizer, contextual)
+    else:
+        model, tokenizer = tiny_default(model_args)
+    collator = ContextualAS2Collator(
+        tokenizer, max_length=data_args.max_length, contextual=contextual, num_token_types=model.config.type_vocab_size
+    )
+    logger.info(
+        "model %s (%s, %d token types), train %d / dev %d / test %d rows",
+        type(model).__name__,
+        "contextual" if contextual else "pairwise",
+        model.config.type_vocab_size,
+        *(len(splits[name].dataset) if name in splits else 0 for name in ("train", "validation", "test")),
+    )
+    if model_args.use_lora:
+        model = add_lora(model, model_args)
+
+    tokenized = {name: tokenize_as2(split.dataset, tokenizer) for name, split in splits.items()}
+    has_dev = "validation" in tokenized
+    if not has_dev:
+        logger.warning("no validation data: no early stopping, the last model is kept")
+        training_args.eval_strategy = "no"
+        training_args.load_best_model_at_end = False
+        if training_args.save_strategy == "best":
+            training_args.save_strategy = "epoch"
+    trainer = Trainer(
+        model=model,
+        args=training_args,
+        data_collator=collator,
+        train_dataset=tokenized["train"],
+        eval_dataset=tokenized.get("validation"),
+        compute_metrics=make_compute_metrics(splits["validation"].dataset["question_id"]) if has_dev else None,
+        callbacks=[EarlyStoppingCallback(data_args.early_stopping_patience)] if has_dev else [],
+    )
+    resume = training_args.resume_from_checkpoint
+    train_result = trainer.train(resume_from_checkpoint=resume)
+    trainer.log_metrics("train", train_result.metrics)
+
+    results = {"train": train_result.metrics}
+    if has_dev:
+        results["dev"] = trainer.evaluate()
+        trainer.log_metrics("eval", results["dev"])
+    if "test" in tokenized:
+        test = splits["test"].dataset
+        trainer.compute_metrics = make_compute_metrics(test["question_id"])
+        prediction = trainer.predict(tokenized["test"], metric_key_prefix="test")
+        results["test"] = prediction.metrics
+        trainer.log_metrics("test", prediction.metrics)
+        write_ranked_predictions(training_args.output_dir, test, prediction.predictions, model)
+    if trainer.is_world_process_zero():
+        save_hub_folder(trainer.model, tokenizer, training_args.output_dir, model_args, data_args, results)
+        write_json_atomic(f"{training_args.output_dir}/all_results.json", results)
+    return results
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
