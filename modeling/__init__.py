@@ -35,6 +35,13 @@ CONTEXTUAL_MODELS = {
 }
 
 
+def backbone_of(model_type: str) -> str:
+    """``contextual_roberta`` / ``ssp_roberta`` / ``roberta`` -> ``roberta``: which family a checkpoint belongs to."""
+    for prefix in ("contextual_", "ssp_"):
+        model_type = model_type.removeprefix(prefix)
+    return model_type
+
+
 def _register(config_class, model_class, auto_model_classes=(AutoModel, AutoModelForSequenceClassification)):
     AutoConfig.register(config_class.model_type, config_class, exist_ok=True)
     for auto_class in auto_model_classes:
@@ -63,6 +70,7 @@ __all__ = [
     "SSPPretrainingOutput",
     "SSPRobertaConfig",
     "SSP_MODELS",
+    "backbone_of",
     "ContextualBertConfig",
     "ContextualElectraConfig",
     "ContextualRobertaConfig",

@@ -31,7 +31,7 @@ from transformers import (
 
 from as2hub.data_collators import ContextualAS2Collator, tokenize_as2
 from as2hub.metrics import make_compute_metrics
-from as2hub.modeling import CONTEXTUAL_MODELS, ContextualRobertaConfig, RobertaForContextualAS2
+from as2hub.modeling import CONTEXTUAL_MODELS, ContextualRobertaConfig, RobertaForContextualAS2, backbone_of
 from as2hub.run_scripts.as2_datasets import load_splits
 from as2hub.run_scripts.outputs import save_hub_folder, write_json_atomic, write_ranked_predictions
 from as2hub.run_scripts.tiny_defaults import TINY_ROBERTA, embedded_tokenizer
@@ -103,7 +103,7 @@ class AS2TrainingArguments(TrainingArguments):
 def load_model(model_args: ModelArguments, tokenizer, contextual: bool):
     """The contextual class of the checkpoint's backbone, from a checkpoint or (with --config_name) from scratch."""
     source = model_args.model_name_or_path or model_args.config_name
-    backbone = AutoConfig.from_pretrained(source).model_type.removeprefix("contextual_")
+    backbone = backbone_of(AutoConfig.from_pretrained(source).model_type)
     if backbone not in CONTEXTUAL_MODELS:
         raise ValueError(f"{source}: model type {backbone!r} is not one of {sorted(CONTEXTUAL_MODELS)}")
     config_class, model_class = CONTEXTUAL_MODELS[backbone]

@@ -22,6 +22,11 @@ TINY_ROBERTA = {
 
 def embedded_tokenizer(style: str = "roberta", vocab_size: int = 8000):
     """A tokenizer trained on the embedded corpus (a few seconds)."""
-    texts = (" ".join(" ".join(p) for p in doc["paragraphs"]) for doc in iter_documents())
-    logger.info("training a %s tokenizer (vocab %d) on the embedded corpus", style, vocab_size)
+    return train_corpus_tokenizer(iter_documents(), style, vocab_size)
+
+
+def train_corpus_tokenizer(documents, style: str = "roberta", vocab_size: int = 8000):
+    """A tokenizer trained on documents (rows with ``paragraphs``: lists of sentences)."""
+    texts = (" ".join(" ".join(paragraph) for paragraph in doc["paragraphs"]) for doc in documents)
+    logger.info("training a %s tokenizer (vocab %d) on the corpus", style, vocab_size)
     return train_tokenizer(texts, style=style, vocab_size=vocab_size)

@@ -1,0 +1,259 @@
+"""Structure-aware continued pre-training (SSP, SP, PSD and the contextual SDC, DPC, DSLC) with the HF Trainer.
+
+With no arguments it pre-trains a tiny RoBERTa with DSLC on the embedded corpus (Python's own docs), with a byte-level
+BPE trained on that corpus, in a few minutes on two CPU cores, and saves a folder that ``run_as2.py`` fine-tunes::
+
+    python -m as2hub.run_scripts.run_pretrain
+    python -m as2hub.run_scripts.run_as2 --model_name_or_path outputs/pretrain
+
+Continuing a real checkpoint (any ``TrainingArguments`` flag works)::
+
+    python -m as2hub.run_scripts.run_pretrain --model_type roberta --model_name_or_path FacebookAI/roberta-base \\
+        --objective sdc --corpus "data/wiki/*.txt" --max_steps 400000 --learning_rate 1e-4 --warmup_steps 10000 \\
+        --per_device_train_batch_size 64 --gradient_accumulation_steps 8 --bf16 --dataloader_num_workers 8
+
+    python -m as2hub.run_scripts.run_pretrain --model_type electra --model_name_or_path google/electra-base-discriminator \\
+        --generator_name_or_path google/electra-base-generator --objective dslc --corpus wikipedia --text_field text
+
+Examples are generated on the fly by default (fresh negatives every epoch, sharded across dataloader workers and
+ranks); ``--materialize`` generates them once with ``datasets.map`` (``--save_examples DIR`` keeps the shards).
+A held-out slice of the documents gives the evaluation set: MLM loss and sentence-level accuracy / AUC.
+"""
+
+import logging
+import sys
+from dataclasses import dataclass, field
+
+import datasets
+import transformers
+from transformers import AutoTokenizer, HfArgumentParser, TrainingArguments, set_seed
+
+from as2hub.data_collators import (
+    OBJECTIVES,
+    CorpusConfig,
+    PretrainingCollator,
+    StructurePretrainingIterableDataset,
+    default_max_length,
+    generate_pretraining_dataset,
+    is_triplet_objective,
+    load_documents,
+)
+from as2hub.modeling import SSP_MODELS
+from as2hub.run_scripts.outputs import write_json_atomic
+from as2hub.run_scripts.ssp_trainer import SSPTrainer
+from as2hub.run_scripts.tiny_defaults import TINY_ROBERTA, train_corpus_tokenizer
+
+logger = logging.getLogger("as2hub.run_pretrain")
+
+TOKENIZER_STYLE = {"roberta": "roberta", "bert": "bert", "electra": "bert"}
+
+
+@dataclass
+class PretrainModelArguments:
+    model_type: str = field(default="roberta", metadata={"help": "roberta, electra or bert (MiniLM and friends)."})
+    model_name_or_path: str | None = field(
+        default=None, metadata={"help": "Checkpoint to continue (for ELECTRA: the discriminator)."}
+    )
+    config_name: str | None = field(default=None, metadata={"help": "Config to pre-train from scratch."})
+    tokenizer_name: str | None = None
+    generator_name_or_path: str | None = field(default=None, metadata={"help": "ELECTRA generator checkpoint."})
+    generator_size_ratio: float = field(default=1 / 3, metadata={"help": "ELECTRA generator size w/o checkpoint."})
+    mlm_weight: float = 1.0
+    cls_weight: float = 1.0
+    rtd_weight: float = 50.0
+    token_type_init: str = field(default="scratch", metadata={"help": "Init of grown token-type rows."})
+    tokenizer_vocab_size: int = field(default=8000, metadata={"help": "Vocab of a tokenizer trained from scratch."})
+
+
+@dataclass
+class PretrainDataArguments:
+    objective: str = field(default="dslc", metadata={"help": f"One of {', '.join(OBJECTIVES)}."})
+    corpus: str | None = field(
+        default=None,
+        metadata={"help": "Text files (folder/glob), JSONL, or a `datasets` name/path; default: Python's docs."},
+    )
+    text_field: str = "text"
+    paragraph_separator: str = field(default=r"\n[ \t]*\n", metadata={"help": r"Regex; news corpora: '\n'."})
+    document_separator: str | None = field(default=None, metadata={"help": "Marker line between documents."})
+    min_sentence_chars: int = 20
+    min_paragraph_chars: int = 60
+    min_document_chars: int = 200
+    streaming: bool = field(default=True, metadata={"help": "Generate examples on the fly (fresh every epoch)."})
+    materialize: bool = field(default=False, metadata={"help": "Generate once with datasets.map instead."})
+    save_examples: str | None = field(default=None, metadata={"help": "With --materialize: save shards here."})
+    documents_per_batch: int = field(default=16, metadata={"help": "Documents per batch (easy negatives)."})
+    validation_fraction: float = field(default=0.1, metadata={"help": "Held-out documents for evaluation."})
+    max_length: int | None = field(default=None, metadata={"help": "Default: 128 (SSP, triplets), 256 (SP, PSD)."})
+    mlm_probability: float = 0.15
+    whole_word_mask: bool = False
+    preprocessing_num_workers: int | None = None
+
+
+@dataclass
+class PretrainTrainingArguments(TrainingArguments):
+    """TrainingArguments whose defaults run the tiny demo in a few minutes on CPU."""
+
+    output_dir: str | None = field(default="outputs/pretrain")
+    max_steps: int = field(default=300)
+    learning_rate: float = field(default=5e-4)
+    warmup_steps: float = field(default=0.1)
+    weight_decay: float = field(default=0.01)
+    per_device_train_batch_size: int = field(default=32)
+    per_device_eval_batch_size: int = field(default=64)
+    eval_strategy: str = field(default="steps")
+    eval_steps: float | None = field(default=100)
+    save_steps: float = field(default=100)
+    save_total_limit: int | None = field(default=2)
+    logging_steps: float = field(default=20)
+    report_to: None | str | list[str] = field(default="none")
+    # The collator reads text columns the model's forward does not name.
+    remove_unused_columns: bool = field(default=False)
+
+
+def load_corpus(data_args: PretrainDataArguments):
+    config = CorpusConfig(
+        min_sentence_chars=data_args.min_sentence_chars,
+        min_paragraph_chars=data_args.min_paragraph_chars,
+        min_document_chars=data_args.min_document_chars,
+        paragraph_separator=data_args.paragraph_separator,
+        document_separator=data_args.document_separator,
+        text_field=data_args.text_field,
+    )
+    source = data_args.corpus
+    if source is not None and not _looks_like_files(source):
+        source = datasets.load_dataset(source, split="train")
+    documents, stats = load_documents(source, config)
+    logger.info("corpus: %d documents (%s)", len(documents), stats.summary())
+    return documents
+
+
+def _looks_like_files(source: str) -> bool:
+    from pathlib import Path
+
+    return any(ch in source for ch in "*?[") or Path(source).exists()
+
+
+def split_documents(documents, fraction: float, seed: int):
+    if fraction <= 0 or len(documents) < 4:
+        return documents, None
+    held_out = max(2, round(len(documents) * fraction))  # at least two: easy negatives need another document
+    split = documents.train_test_split(test_size=held_out, seed=seed)
+    return split["train"], split["test"]
+
+
+def build_model(model_args: PretrainModelArguments, tokenizer, objective: str):
+    """A ``*ForSSPPretraining`` model: continued from a checkpoint, from a config, or a tiny one from scratch."""
+    if model_args.model_type not in SSP_MODELS:
+        raise ValueError(f"--model_type must be one of {sorted(SSP_MODELS)}, got {model_args.model_type!r}")
+    config_class, model_class = SSP_MODELS[model_args.model_type]
+    # Triplets need three segments; pairs keep the backbone's design (RoBERTa: one segment id, BERT/ELECTRA: two).
+    num_segments = 3 if is_triplet_objective(objective) else (1 if model_args.model_type == "roberta" else 2)
+    settings = {
+        "num_segments": num_segments,
+        "token_type_init": model_args.token_type_init,
+        "sep_token_id": tokenizer.sep_token_id,
+        "pad_token_id": tokenizer.pad_token_id,
+        "mlm_weight": model_args.mlm_weight,
+        "cls_weight": 0.0 if objective.startswith("mlm") else model_args.cls_weight,
+    }
+    if model_args.model_type == "electra":
+        settings["rtd_weight"] = model_args.rtd_weight
+    if model_args.model_name_or_path:
+        if model_args.model_type == "electra" and model_args.generator_name_or_path:
+            return model_class.from_discriminator_and_generator(
+                model_args.model_name_or_path, model_args.generator_name_or_path, **settings
+            )
+        return model_class.from_pretrained(model_args.model_name_or_path, **settings)
+    if model_args.model_type == "electra":
+        settings["generator_size_ratio"] = model_args.generator_size_ratio
+    if model_args.config_name:
+        config = config_class.from_pretrained(model_args.config_name, vocab_size=len(tokenizer), **settings)
+    else:
+        logger.warning("no --model_name_or_path: pre-training a tiny %s from scratch", model_args.model_type)
+        config = config_class(vocab_size=len(tokenizer), **TINY_ROBERTA, **settings)
+    return model_class(config)
+
+
+def main(argv: list[str] | None = None) -> dict:
+    parser = HfArgumentParser((PretrainModelArguments, PretrainDataArguments, PretrainTrainingArguments))
+    model_args, data_args, training_args = parser.parse_args_into_dataclasses(args=argv)
+    logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
+    transformers.utils.logging.set_verbosity_warning()
+    if data_args.objective not in OBJECTIVES:
+        raise SystemExit(f"unknown --objective {data_args.objective!r}: use one of {', '.join(OBJECTIVES)}")
+    set_seed(training_args.seed)
+
+    documents = load_corpus(data_args)
+    train_documents, eval_documents = split_documents(documents, data_args.validation_fraction, training_args.seed)
+    tokenizer_source = model_args.tokenizer_name or model_args.model_name_or_path
+    if tokenizer_source:
+        tokenizer = AutoTokenizer.from_pretrained(tokenizer_source)
+    else:
+        style = TOKENIZER_STYLE[model_args.model_type]
+        tokenizer = train_corpus_tokenizer(documents, style, model_args.tokenizer_vocab_size)
+    model = build_model(model_args, tokenizer, data_args.objective)
+    collator = PretrainingCollator(
+        tokenizer,
+        max_length=data_args.max_length or default_max_length(data_args.objective),
+        mlm_probability=data_args.mlm_probability,
+        whole_word_mask=data_args.whole_word_mask,
+        num_token_types=model.config.type_vocab_size,
+    )
+
+    generation = {"seed": training_args.seed, "documents_per_batch": data_args.documents_per_batch}
+    if data_args.materialize:
+        train_dataset = generate_pretraining_dataset(
+            train_documents,
+            data_args.objective,
+            num_proc=data_args.preprocessing_num_workers,
+            keep_provenance=False,
+            output_dir=data_args.save_examples,
+            **generation,
+        )
+        logger.info("materialised %d training examples", len(train_dataset))
+    else:
+        # Trainer's accelerate dispatches batches of an iterable dataset from the main process by default, so the
+        # dataset itself must not split by rank (it still splits across dataloader workers).
+        dispatching = training_args.accelerator_config.dispatch_batches is not False
+        train_dataset = StructurePretrainingIterableDataset(
+            train_documents,
+            data_args.objective,
+            keep_provenance=False,
+            **({"rank": 0, "world_size": 1} if dispatching else {}),
+            **generation,
+        )
+    eval_dataset = None
+    if eval_documents is not None:
+        eval_dataset = generate_pretraining_dataset(
+            eval_documents, data_args.objective, keep_provenance=False, **{**generation, "seed": generation["seed"] + 1}
+        )
+    else:
+        training_args.eval_strategy = "no"
+
+    trainer = SSPTrainer(
+        model=model,
+        args=training_args,
+        data_collator=collator,
+        train_dataset=train_dataset,
+        eval_dataset=eval_dataset,
+    )
+    results = {}
+    if eval_dataset is not None:
+        results["before"] = trainer.evaluate(metric_key_prefix="before")
+    train_result = trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
+    results["train"] = train_result.metrics
+    if eval_dataset is not None:
+        results["eval"] = trainer.evaluate()
+        trainer.log_metrics("eval", results["eval"])
+    if trainer.is_world_process_zero():
+        trainer.save_model()
+        tokenizer.save_pretrained(training_args.output_dir)
+        if model_args.model_type == "electra":
+            model.export_discriminator(f"{training_args.output_dir}/discriminator")
+            tokenizer.save_pretrained(f"{training_args.output_dir}/discriminator")
+        write_json_atomic(f"{training_args.output_dir}/pretrain_results.json", results)
+    return results
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,89 @@
+"""A Trainer that logs each pre-training loss component and the sentence-level classification quality.
+
+Trainer only logs the total loss; the ``*ForSSPPretraining`` outputs also carry ``mlm_loss``, ``rtd_loss``,
+``cls_loss``, ``cls_accuracy`` and ``rtd_accuracy``. They are averaged over the steps between two logs (training) or
+over the evaluation set, and logged beside ``loss``. Evaluation also reports the held-out classification accuracy, the
+majority-class rate it must beat, and ROC AUC (chance = 0.5).
+"""
+
+from collections import defaultdict
+
+import numpy as np
+import torch
+from transformers import Trainer
+
+COMPONENTS = ("mlm_loss", "rtd_loss", "cls_loss", "cls_accuracy", "rtd_accuracy")
+
+
+def roc_auc(scores: np.ndarray, labels: np.ndarray) -> float:
+    """Probability that a random positive outscores a random negative (ties count half); NaN without both classes."""
+    positives, negatives = scores[labels == 1], scores[labels == 0]
+    if len(positives) == 0 or len(negatives) == 0:
+        return float("nan")
+    order = np.argsort(np.concatenate([positives, negatives]), kind="mergesort")
+    ranks = np.empty(len(order))
+    ranks[order] = np.arange(1, len(order) + 1)
+    values = np.concatenate([positives, negatives])
+    for value in np.unique(values):  # average ranks over ties
+        tied = values == value
+        if tied.sum() > 1:
+            ranks[tied] = ranks[tied].mean()
+    return float(
+        (ranks[: len(positives)].sum() - len(positives) * (len(positives) + 1) / 2) / (len(positives) * len(negatives))
+    )
+
+
+class SSPTrainer(Trainer):
+    """``Trainer`` for the SSP pre-training models (``compute_metrics`` is built in)."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("compute_metrics", self._classification_metrics)
+        super().__init__(*args, **kwargs)
+        self._sums = {"train": defaultdict(float), "eval": defaultdict(float)}
+        self._counts = {"train": defaultdict(int), "eval": defaultdict(int)}
+
+    def _accumulate(self, split: str, outputs) -> None:
+        for name in COMPONENTS:
+            value = getattr(outputs, name, None)
+            if value is not None:
+                self._sums[split][name] += float(value.detach())
+                self._counts[split][name] += 1
+
+    def _drain(self, split: str, prefix: str = "") -> dict[str, float]:
+        means = {f"{prefix}{name}": self._sums[split][name] / count for name, count in self._counts[split].items()}
+        self._sums[split].clear()
+        self._counts[split].clear()
+        return means
+
+    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        outputs = model(**inputs)
+        if model.training:
+            self._accumulate("train", outputs)
+        return (outputs.loss, outputs) if return_outputs else outputs.loss
+
+    def prediction_step(self, model, inputs, prediction_loss_only, ignore_keys=None):
+        inputs = self._prepare_inputs(inputs)
+        with torch.no_grad():
+            outputs = model(**inputs)
+        self._accumulate("eval", outputs)
+        labels = inputs.get("sentence_labels")
+        logits = outputs.cls_logits.float()
+        scores = logits.view(-1) if logits.shape[-1] == 1 else logits[:, 1] - logits[:, 0]
+        return outputs.loss.detach() if outputs.loss is not None else None, scores.detach(), labels
+
+    def _classification_metrics(self, eval_prediction) -> dict[str, float]:
+        metrics = self._drain("eval")
+        scores = np.asarray(eval_prediction.predictions).reshape(-1)
+        labels = np.asarray(eval_prediction.label_ids).reshape(-1)
+        active = labels != -100
+        scores, labels = scores[active], labels[active]
+        if len(labels):
+            metrics["cls_accuracy"] = float(((scores > 0).astype(int) == labels).mean())
+            metrics["cls_majority_rate"] = float(max(labels.mean(), 1 - labels.mean()))
+            metrics["cls_auc"] = roc_auc(scores, labels)
+        return metrics
+
+    def log(self, logs: dict[str, float], *args, **kwargs) -> None:
+        if "loss" in logs:  # a training log: add the components averaged since the previous one
+            logs.update(self._drain("train"))
+        super().log(logs, *args, **kwargs)

@@ -1,0 +1,96 @@
+"""run_pretrain.py end to end: the default run learns, every model type runs, Trainer flags, bad input."""
+
+import json
+
+import pytest
+import torch
+
+from as2hub.data_collators import CorpusError, EmptyCorpusError
+from as2hub.run_scripts import run_as2, run_pretrain
+
+QUICK = ["--max_steps", "3", "--eval_steps", "3", "--save_steps", "3", "--per_device_train_batch_size", "8",
+         "--tokenizer_vocab_size", "800"]  # fmt: skip
+
+
+def quick_pretrain(tmp_path, *extra, name="pre"):
+    out = tmp_path / name
+    results = run_pretrain.main(["--output_dir", str(out), *QUICK, *extra])
+    return out, results
+
+
+@pytest.mark.slow
+def test_default_run_lowers_mlm_loss_and_learns_the_sentence_task(tmp_path):
+    torch.set_num_threads(2)
+    results = run_pretrain.main(["--output_dir", str(tmp_path / "default"), "--save_strategy", "no"])
+    before, after = results["before"], results["eval"]
+    assert after["eval_mlm_loss"] < before["before_mlm_loss"] - 1.0
+    # Held-out documents: positives must outscore negatives clearly more often than chance (AUC 0.5).
+    assert after["eval_cls_auc"] > 0.65, after
+    assert after["eval_cls_auc"] > before["before_cls_auc"]
+
+
+@pytest.mark.parametrize("objective", ["ssp", "sp", "psd", "sdc", "dpc", "all", "mlm"])
+def test_each_objective_trains_and_logs_its_components(tmp_path, objective):
+    out, results = quick_pretrain(tmp_path, "--objective", objective, "--logging_steps", "1")
+    history = json.loads(sorted(out.glob("checkpoint-*/trainer_state.json"))[-1].read_text())["log_history"]
+    train_logs = [log for log in history if "loss" in log]
+    assert train_logs and "mlm_loss" in train_logs[0]
+    assert ("cls_loss" in train_logs[0]) == (objective != "mlm")
+    config = json.loads((out / "config.json").read_text())
+    assert config["type_vocab_size"] == (3 if objective in ("sdc", "dpc", "all", "mlm") else 1)
+
+
+def test_electra_materialized_exports_a_discriminator_that_run_as2_fine_tunes(tmp_path):
+    out, _ = quick_pretrain(tmp_path, "--model_type", "electra", "--materialize", "--objective", "dslc")
+    config = json.loads((out / "config.json").read_text())
+    assert config["model_type"] == "ssp_electra"
+    assert (out / "discriminator" / "model.safetensors").exists()
+    results = run_as2.main(
+        ["--model_name_or_path", str(out / "discriminator"), "--output_dir", str(tmp_path / "as2"),
+         "--max_steps", "2", "--max_length", "64", "--max_train_samples", "64", "--max_eval_samples", "64"]
+    )  # fmt: skip
+    assert json.loads((tmp_path / "as2" / "config.json").read_text())["model_type"] == "contextual_electra"
+    assert results["test"]["test_num_questions"] > 0
+
+
+def test_roberta_checkpoint_is_what_run_as2_fine_tunes(tmp_path):
+    out, _ = quick_pretrain(tmp_path)
+    results = run_as2.main(
+        ["--model_name_or_path", str(out), "--output_dir", str(tmp_path / "as2"), "--max_steps", "2",
+         "--max_length", "64", "--max_train_samples", "64", "--max_eval_samples", "64"]
+    )  # fmt: skip
+    config = json.loads((tmp_path / "as2" / "config.json").read_text())
+    assert config["model_type"] == "contextual_roberta" and config["type_vocab_size"] == 3
+    assert results["test"]["test_num_questions"] > 0
+
+
+def test_trainer_flags_and_resume_from_checkpoint(tmp_path):
+    flags = ["--gradient_accumulation_steps", "2", "--warmup_steps", "1", "--weight_decay", "0.1",
+             "--save_steps", "2", "--max_steps", "2", "--dataloader_num_workers", "1"]  # fmt: skip
+    out, _ = quick_pretrain(tmp_path, *flags)
+    assert (out / "checkpoint-2").is_dir()
+    _, results = quick_pretrain(
+        tmp_path, *flags[:-4], "--max_steps", "4", "--resume_from_checkpoint", str(out / "checkpoint-2")
+    )
+    state = json.loads((tmp_path / "pre" / "checkpoint-4" / "trainer_state.json").read_text())
+    assert state["global_step"] == 4 and results["train"]["epoch"] > 0
+
+
+def test_bert_twin_pretrains_from_a_stock_checkpoint(stock_checkpoint, tmp_path):
+    out, _ = quick_pretrain(tmp_path, "--model_type", "bert", "--model_name_or_path", str(stock_checkpoint("bert")))
+    config = json.loads((out / "config.json").read_text())
+    assert config["model_type"] == "ssp_bert" and config["type_vocab_size"] == 3  # grown for the DSLC triplets
+
+
+def test_bad_inputs_are_clear(tmp_path):
+    with pytest.raises(SystemExit, match="unknown --objective 'nsp'"):
+        run_pretrain.main(["--objective", "nsp", "--output_dir", str(tmp_path / "x")])
+    tiny = tmp_path / "tiny"
+    tiny.mkdir()
+    (tiny / "a.txt").write_text("Too short.\n\nAlso short.")
+    with pytest.raises(EmptyCorpusError, match="min_document_chars"):
+        run_pretrain.main(["--corpus", str(tiny), "--output_dir", str(tmp_path / "y")])
+    (tiny / "b.txt").write_bytes(b"\xff\xfe\x00 not utf-8 \xc3\x28" * 100)
+    with pytest.raises(CorpusError, match="b.txt"):
+        run_pretrain.main(["--corpus", str(tiny / "b.txt"), "--output_dir", str(tmp_path / "z")])
+    assert not (tmp_path / "x").exists() and not (tmp_path / "y").exists() and not (tmp_path / "z").exists()
