@@ -12,7 +12,7 @@ from transformers import AutoModel, AutoModelForSequenceClassification, AutoToke
 
 from as2hub.data_collators import ContextualAS2Collator
 from as2hub.modeling import CONTEXTUAL_MODELS
-from as2hub.modeling.contextual_as2.segments import infer_token_type_ids
+from as2hub.modeling.contextual_as2.hub_common import infer_token_type_ids
 from as2hub.modeling.ranking import Ranker, context_text_pair
 
 EXAMPLES = [
@@ -117,7 +117,7 @@ def test_saved_folder_is_hub_ready(stock_checkpoint, tmp_path):
         "AutoModelForSequenceClassification": "modeling_contextual_as2.ElectraForContextualAS2",
     }
     shipped = {p.name for p in tmp_path.glob("*.py")}
-    assert shipped == {"configuration_contextual_as2.py", "modeling_contextual_as2.py", "segments.py"}
+    assert shipped == {"configuration_contextual_as2.py", "modeling_contextual_as2.py", "hub_common.py"}
     for source in tmp_path.glob("*.py"):  # remote code imports only torch, transformers and its siblings
         imports = [line for line in source.read_text().splitlines() if line.startswith(("import ", "from "))]
         assert all(

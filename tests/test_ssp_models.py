@@ -168,8 +168,8 @@ def test_electra_one_copy_of_shared_embeddings(tmp_path):
     assert set(config["auto_map"]) == {"AutoConfig", "AutoModel", "AutoModelForPreTraining"}
     assert config["generator_config"]["hidden_size"] == 8  # round(4 heads / 3) = 1 head of the same size (8)
     # The helper symlinked into the package is saved as a real file.
-    assert not os.path.islink(tmp_path / "segments.py")
-    assert "def infer_token_type_ids" in (tmp_path / "segments.py").read_text()
+    assert not os.path.islink(tmp_path / "hub_common.py")
+    assert "def infer_token_type_ids" in (tmp_path / "hub_common.py").read_text()
 
     reloaded, info = ElectraForSSPPretraining.from_pretrained(tmp_path, output_loading_info=True)
     assert not info["missing_keys"] and not info["unexpected_keys"]

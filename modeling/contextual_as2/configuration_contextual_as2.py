@@ -25,27 +25,9 @@ Example:
 from huggingface_hub.dataclasses import strict
 from transformers import BertConfig, ElectraConfig, RobertaConfig
 
+from .hub_common import check_token_type_init_and_name_labels
+
 NUM_CONTEXTUAL_SEGMENTS = 3
-POSITIVE_LABEL = "correct"
-TOKEN_TYPE_INITS = ("scratch", "copy")
-
-
-def _contextual_post_init(config, kwargs):
-    """Shared validation and label defaults; called by every contextual config after the stock post-init."""
-    if config.token_type_init not in TOKEN_TYPE_INITS:
-        raise ValueError(f"token_type_init must be one of {TOKEN_TYPE_INITS}, got {config.token_type_init!r}")
-    labels = list(config.id2label.values()) if config.id2label else []
-    if POSITIVE_LABEL not in labels:
-        # A stock or freshly built config: name the positive class so pipelines and `score` can find it.
-        generic_names = all(label.startswith("LABEL_") for label in labels)
-        num_labels = kwargs.get("num_labels") or (1 if generic_names else len(labels))
-        if num_labels == 1:
-            config.id2label = {0: POSITIVE_LABEL}
-        elif num_labels == 2:
-            config.id2label = {0: "incorrect", 1: POSITIVE_LABEL}
-        else:
-            raise ValueError(f"contextual AS2 heads have 1 or 2 labels, got num_labels={num_labels}")
-        config.label2id = {label: i for i, label in config.id2label.items()}
 
 
 @strict
@@ -61,7 +43,7 @@ class ContextualRobertaConfig(RobertaConfig):
 
     def __post_init__(self, **kwargs):
         super().__post_init__(**kwargs)
-        _contextual_post_init(self, kwargs)
+        check_token_type_init_and_name_labels(self, kwargs)
 
 
 @strict
@@ -77,7 +59,7 @@ class ContextualElectraConfig(ElectraConfig):
 
     def __post_init__(self, **kwargs):
         super().__post_init__(**kwargs)
-        _contextual_post_init(self, kwargs)
+        check_token_type_init_and_name_labels(self, kwargs)
 
 
 @strict
@@ -93,4 +75,4 @@ class ContextualBertConfig(BertConfig):
 
     def __post_init__(self, **kwargs):
         super().__post_init__(**kwargs)
-        _contextual_post_init(self, kwargs)
+        check_token_type_init_and_name_labels(self, kwargs)

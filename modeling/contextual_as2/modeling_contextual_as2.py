@@ -33,21 +33,20 @@ from transformers.models.roberta.modeling_roberta import (
 
 from .configuration_contextual_as2 import (
     NUM_CONTEXTUAL_SEGMENTS,
-    POSITIVE_LABEL,
     ContextualBertConfig,
     ContextualElectraConfig,
     ContextualRobertaConfig,
 )
-from .segments import grow_token_type_embeddings, infer_token_type_ids
-
-AUTO_CLASSES = ("AutoModel", "AutoModelForSequenceClassification")
+from .hub_common import POSITIVE_LABEL, TokenTypeGrowthMixin, infer_token_type_ids
 
 
-class ContextualAS2Mixin:
+class ContextualAS2Mixin(TokenTypeGrowthMixin):
     """What the three backbones share: segment inference, the loss, `score`, table growth and a complete auto_map.
 
     Subclasses build ``self.<base_model_prefix>`` and implement ``_classify(encoder_outputs) -> logits``.
     """
+
+    AUTO_CLASSES = ("AutoModel", "AutoModelForSequenceClassification")
 
     # Our loss is a mean over the batch: Trainer must scale it for gradient accumulation itself.
     accepts_loss_kwargs = False
@@ -110,40 +109,9 @@ class ContextualAS2Mixin:
             return torch.sigmoid(logits.view(-1))
         return logits.softmax(-1)[:, positive]
 
-    def grow_token_types(self, num_token_types: int = NUM_CONTEXTUAL_SEGMENTS) -> None:
-        """Grow the token-type table to ``num_token_types`` rows (init per ``config.token_type_init``)."""
-        embeddings = self.base_model.embeddings
-        embeddings.token_type_embeddings = grow_token_type_embeddings(
-            embeddings.token_type_embeddings,
-            num_token_types,
-            self.config.token_type_init,
-            self.config.initializer_range,
-        )
-        self.config.type_vocab_size = embeddings.token_type_embeddings.num_embeddings
-
-    @classmethod
-    def from_pretrained(cls, *args, **kwargs):
-        """Load any checkpoint of the backbone; a contextual model grows a 1- or 2-row token-type table to 3 rows.
-
-        The checkpoint is loaded with its own table size (so there is no size mismatch), then grown.
-        """
-        model = super().from_pretrained(*args, **kwargs)
-        if isinstance(model, tuple):  # output_loading_info=True
-            if model[0].config.contextual:
-                model[0].grow_token_types()
-            return model
-        if model.config.contextual:
-            model.grow_token_types()
-        return model
-
-    def save_pretrained(self, save_directory, *args, **kwargs):
-        # transformers only writes the class being saved into auto_map; list every Auto class this model serves.
-        module = type(self).__module__.rsplit(".", 1)[-1]
-        self.config.auto_map = {
-            "AutoConfig": f"{type(self.config).__module__.rsplit('.', 1)[-1]}.{type(self.config).__name__}",
-            **{auto: f"{module}.{type(self).__name__}" for auto in AUTO_CLASSES},
-        }
-        return super().save_pretrained(save_directory, *args, **kwargs)
+    def target_token_types(self) -> int:
+        """Three rows for (question, candidate, context); a pairwise model keeps the backbone's own table."""
+        return NUM_CONTEXTUAL_SEGMENTS if self.config.contextual else self.config.type_vocab_size
 
 
 class RobertaForContextualAS2(ContextualAS2Mixin, RobertaPreTrainedModel):

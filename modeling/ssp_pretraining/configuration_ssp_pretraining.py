@@ -30,8 +30,8 @@ from huggingface_hub.dataclasses import strict
 from transformers import BertConfig, ElectraConfig, RobertaConfig
 from transformers.configuration_utils import SubConfigSpec
 
-POSITIVE_LABEL = "correct"
-TOKEN_TYPE_INITS = ("scratch", "copy")
+from .hub_common import check_token_type_init_and_name_labels
+
 SAMPLING_METHODS = ("multinomial", "gumbel")
 # Fields of an ELECTRA discriminator config that the generator copies unchanged when it is built from a size ratio.
 _GENERATOR_SHARED_FIELDS = (
@@ -53,22 +53,10 @@ def _ssp_post_init(config, kwargs):
     """Shared validation, table size and label defaults; called after the stock post-init."""
     if config.num_segments not in (1, 2, 3):
         raise ValueError(f"num_segments must be 1, 2 or 3, got {config.num_segments}")
-    if config.token_type_init not in TOKEN_TYPE_INITS:
-        raise ValueError(f"token_type_init must be one of {TOKEN_TYPE_INITS}, got {config.token_type_init!r}")
     if config.type_vocab_size is None:
         # Built from scratch: one row per segment. A loaded config keeps its size; the model grows it after loading.
         config.type_vocab_size = config.num_segments
-    labels = list(config.id2label.values()) if config.id2label else []
-    if POSITIVE_LABEL not in labels:
-        generic_names = all(label.startswith("LABEL_") for label in labels)
-        num_labels = kwargs.get("num_labels") or (1 if generic_names else len(labels))
-        if num_labels == 1:
-            config.id2label = {0: POSITIVE_LABEL}
-        elif num_labels == 2:
-            config.id2label = {0: "incorrect", 1: POSITIVE_LABEL}
-        else:
-            raise ValueError(f"the sentence-level head has 1 or 2 labels, got num_labels={num_labels}")
-        config.label2id = {label: i for i, label in config.id2label.items()}
+    check_token_type_init_and_name_labels(config, kwargs)
 
 
 @strict

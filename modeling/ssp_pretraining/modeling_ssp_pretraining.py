@@ -47,9 +47,7 @@ from transformers.models.roberta.modeling_roberta import (
 )
 
 from .configuration_ssp_pretraining import SSPBertConfig, SSPElectraConfig, SSPRobertaConfig
-from .segments import grow_token_type_embeddings, infer_token_type_ids
-
-AUTO_CLASSES = ("AutoModel", "AutoModelForPreTraining")
+from .hub_common import TokenTypeGrowthMixin, infer_token_type_ids
 
 
 @dataclass
@@ -102,8 +100,10 @@ def masked_lm_loss(
     return loss, logits, masked_logits
 
 
-class SSPPretrainingMixin:
+class SSPPretrainingMixin(TokenTypeGrowthMixin):
     """What the backbones share: segment inference, the sentence-level loss, table growth and a complete auto_map."""
+
+    AUTO_CLASSES = ("AutoModel", "AutoModelForPreTraining")
 
     # Every loss is a mean over its own items: Trainer must scale it for gradient accumulation itself.
     accepts_loss_kwargs = False
@@ -168,39 +168,9 @@ class SSPPretrainingMixin:
             attentions=outputs.attentions,
         )
 
-    def grow_token_types(self, num_token_types: int | None = None) -> None:
-        """Grow the token-type table to ``num_token_types`` rows (default ``config.num_segments``)."""
-        num_token_types = num_token_types or self.config.num_segments
-        embeddings = self.base_model.embeddings
-        embeddings.token_type_embeddings = grow_token_type_embeddings(
-            embeddings.token_type_embeddings,
-            num_token_types,
-            self.config.token_type_init,
-            self.config.initializer_range,
-        )
-        self.config.type_vocab_size = embeddings.token_type_embeddings.num_embeddings
-
-    @classmethod
-    def from_pretrained(cls, *args, **kwargs):
-        """Load a checkpoint of the backbone (or of this model) and grow its token-type table to ``num_segments``.
-
-        The checkpoint is loaded with its own table size, so a 1-row RoBERTa or 2-row BERT/ELECTRA table does not
-        mismatch; ``from_pretrained(path, num_segments=3)`` prepares a stock checkpoint for triplets.
-        """
-        loaded = super().from_pretrained(*args, **kwargs)
-        model = loaded[0] if isinstance(loaded, tuple) else loaded  # output_loading_info=True
-        if model.config.type_vocab_size < model.config.num_segments:
-            model.grow_token_types()
-        return loaded
-
-    def save_pretrained(self, save_directory, *args, **kwargs):
-        # transformers only writes the class being saved into auto_map; list every Auto class this model serves.
-        module = type(self).__module__.rsplit(".", 1)[-1]
-        self.config.auto_map = {
-            "AutoConfig": f"{type(self.config).__module__.rsplit('.', 1)[-1]}.{type(self.config).__name__}",
-            **{auto: f"{module}.{type(self).__name__}" for auto in AUTO_CLASSES},
-        }
-        return super().save_pretrained(save_directory, *args, **kwargs)
+    def target_token_types(self) -> int:
+        """One row per segment of the objective (``config.num_segments``): 3 for triplets."""
+        return self.config.num_segments
 
 
 class RobertaForSSPPretraining(SSPPretrainingMixin, RobertaPreTrainedModel):

@@ -1,1 +1,0 @@
-../contextual_as2/segments.py
