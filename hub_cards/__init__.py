@@ -10,11 +10,46 @@ CONTEXT_USAGE = (
 )
 
 
+OBJECTIVE_DESCRIPTIONS = {
+    "ssp": "are two spans from the same paragraph?",
+    "sp": "is B the rest of A's paragraph?",
+    "psd": "are two paragraphs from the same document?",
+    "sdc": "are a and b from the same paragraph, given the document's first paragraph?",
+    "dpc": "are a and b from the same paragraph, given the rest of that paragraph?",
+    "dslc": "are a and b from the same paragraph, given the sentences around b?",
+    "all": "a mix of SDC, DPC and DSLC",
+    "all_pairs": "a mix of SSP, SP and PSD",
+}
+
+
+def _results_block(results: dict) -> str:
+    shown = {k: v for k, v in results.items() if k not in ("train", "before")}
+    return "```json\n" + json.dumps(shown, indent=2, default=float) + "\n```"
+
+
+def _template(name: str) -> str:
+    return resources.files(__package__).joinpath(name).read_text()
+
+
+def render_pretraining_card(model, model_args, data_args, results: dict, model_id: str = "path/to/this/folder") -> str:
+    objective = data_args.objective.removeprefix("mlm_")
+    mlm_only = data_args.objective.startswith("mlm")
+    return _template("ssp_pretraining.md").format(
+        model_name=model_args.model_name_or_path or f"tiny {model_args.model_type}",
+        architecture=type(model).__name__,
+        objective=data_args.objective.upper(),
+        objective_description=OBJECTIVE_DESCRIPTIONS.get(objective, "see the papers"),
+        mlm_description="masked language modelling only (ablation: labels ignored)" if mlm_only else "masked LM",
+        corpus=data_args.corpus or "Python's own documentation (pydoc_data.topics)",
+        model_id=model_id,
+        results=_results_block(results),
+    )
+
+
 def render_model_card(model, model_args, data_args, results: dict, model_id: str = "path/to/this/folder") -> str:
     config = model.config
     contextual = bool(getattr(config, "contextual", False))
-    template = resources.files(__package__).joinpath("contextual_as2.md").read_text()
-    return template.format(
+    return _template("contextual_as2.md").format(
         model_name=getattr(model_args, "model_name_or_path", None) or "as2hub ranker",
         mode="contextual" if contextual else "pairwise",
         architecture=type(model).__name__,

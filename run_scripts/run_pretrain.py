@@ -38,8 +38,9 @@ from as2hub.data_collators import (
     is_triplet_objective,
     load_documents,
 )
+from as2hub.hub_cards import render_pretraining_card
 from as2hub.modeling import SSP_MODELS
-from as2hub.run_scripts.outputs import write_json_atomic
+from as2hub.run_scripts.outputs import write_json_atomic, write_text_atomic
 from as2hub.run_scripts.ssp_trainer import SSPTrainer
 from as2hub.run_scripts.tiny_defaults import TINY_ROBERTA, train_corpus_tokenizer
 
@@ -222,6 +223,12 @@ def main(argv: list[str] | None = None) -> dict:
             **({"rank": 0, "world_size": 1} if dispatching else {}),
             **generation,
         )
+    if next(iter(train_dataset), None) is None:  # stops at the first example; a whole epoch only if there is none
+        raise ValueError(
+            f"objective {data_args.objective!r} produced no example from {len(train_documents)} training documents: "
+            "its units need longer paragraphs or more of them (DSLC: paragraphs of 3+ sentences; PSD: documents with "
+            "2+ paragraphs; see the corpus filter counts logged above)"
+        )
     eval_dataset = None
     if eval_documents is not None:
         eval_dataset = generate_pretraining_dataset(
@@ -251,6 +258,8 @@ def main(argv: list[str] | None = None) -> dict:
         if model_args.model_type == "electra":
             model.export_discriminator(f"{training_args.output_dir}/discriminator")
             tokenizer.save_pretrained(f"{training_args.output_dir}/discriminator")
+        card = render_pretraining_card(trainer.model, model_args, data_args, results)
+        write_text_atomic(f"{training_args.output_dir}/README.md", card)
         write_json_atomic(f"{training_args.output_dir}/pretrain_results.json", results)
     return results
 

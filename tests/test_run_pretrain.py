@@ -94,3 +94,30 @@ def test_bad_inputs_are_clear(tmp_path):
     with pytest.raises(CorpusError, match="b.txt"):
         run_pretrain.main(["--corpus", str(tiny / "b.txt"), "--output_dir", str(tmp_path / "z")])
     assert not (tmp_path / "x").exists() and not (tmp_path / "y").exists() and not (tmp_path / "z").exists()
+
+
+SENTENCE = "The interpreter reads this sentence number {} of paragraph {} and keeps going."
+
+
+def write_document(path, paragraphs, sentences_per_paragraph):
+    text = "\n\n".join(
+        " ".join(SENTENCE.format(s, p) for s in range(sentences_per_paragraph)) for p in range(paragraphs)
+    )
+    path.write_text(text)
+
+
+def test_a_one_document_corpus_trains_with_fewer_negatives(tmp_path):
+    corpus = tmp_path / "one"
+    corpus.mkdir()
+    write_document(corpus / "doc.txt", paragraphs=3, sentences_per_paragraph=4)
+    out, results = quick_pretrain(tmp_path, "--corpus", str(corpus), "--objective", "dslc", "--max_steps", "2")
+    assert results["train"]["epoch"] > 0 and (out / "model.safetensors").exists()
+
+
+def test_a_corpus_without_any_unit_of_the_objective_is_an_error_not_a_loop(tmp_path):
+    corpus = tmp_path / "short_paragraphs"
+    corpus.mkdir()
+    for index in range(3):  # paragraphs of two sentences: DSLC needs three
+        write_document(corpus / f"doc{index}.txt", paragraphs=3, sentences_per_paragraph=2)
+    with pytest.raises(ValueError, match="produced no example from"):
+        quick_pretrain(tmp_path, "--corpus", str(corpus), "--objective", "dslc")
