@@ -112,10 +112,16 @@ class AS2Data:
 
 
 def _default_wikiqa_root() -> Path:
+    """``$AS2HUB_WIKIQA_DIR``, else ``../shared/data/wikiqa`` seen from the working directory (a project checkout)
+    or from the source tree (an editable install); the first that exists."""
     env = os.environ.get(WIKIQA_ENV_VAR)
     if env:
         return Path(env)
-    return Path(__file__).resolve().parents[1].parent / "shared" / "data" / "wikiqa"
+    candidates = [
+        Path.cwd().resolve().parent / "shared" / "data" / "wikiqa",
+        Path(__file__).resolve().parents[1].parent / "shared" / "data" / "wikiqa",
+    ]
+    return next((path for path in candidates if path.is_dir()), candidates[0])
 
 
 def _resolve_wikiqa(path_or_split: str | os.PathLike, root: str | os.PathLike | None) -> Path:

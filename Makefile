@@ -1,0 +1,30 @@
+# The two entry points of the README. Each builds its own venv, so a fresh machine with Python and pip is enough.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+# The CPU wheel of torch; pip takes it from the local wheel cache where there is one.
+TORCH ?= torch==2.13.0
+
+.PHONY: demo test lint clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+
+# Main job on the embedded corpus (Python's own docs): continued pre-training of a tiny model, then contextual AS2
+# fine-tuning of the result, then ranking with the saved folder.
+demo: $(BIN)/python
+	$(BIN)/pip install --quiet "$(TORCH)" .
+	$(BIN)/python -m as2hub.run_scripts.demo --output_dir outputs/demo
+
+# The test suite, as CI runs it (non-editable install: checks what users get from `pip install .`).
+test: $(BIN)/python
+	$(BIN)/pip install --quiet "$(TORCH)" ".[test]"
+	$(BIN)/pytest -q
+
+lint: $(BIN)/python
+	$(BIN)/pip install --quiet ruff
+	$(BIN)/ruff check . && $(BIN)/ruff format --check .
+
+clean:
+	rm -rf $(VENV) outputs build *.egg-info
