@@ -63,7 +63,7 @@ class PretrainModelArguments:
     cls_weight: float = 1.0
     rtd_weight: float = 50.0
     token_type_init: str = field(default="scratch", metadata={"help": "Init of grown token-type rows."})
-    tokenizer_vocab_size: int = field(default=8000, metadata={"help": "Vocab of a tokenizer trained from scratch."})
+    tokenizer_vocab_size: int = field(default=4000, metadata={"help": "Vocab of a tokenizer trained from scratch."})
 
 
 @dataclass
@@ -83,7 +83,8 @@ class PretrainDataArguments:
     materialize: bool = field(default=False, metadata={"help": "Generate once with datasets.map instead."})
     save_examples: str | None = field(default=None, metadata={"help": "With --materialize: save shards here."})
     documents_per_batch: int = field(default=16, metadata={"help": "Documents per batch (easy negatives)."})
-    validation_fraction: float = field(default=0.1, metadata={"help": "Held-out documents for evaluation."})
+    validation_fraction: float = field(default=0.2, metadata={"help": "Held-out documents for evaluation."})
+    eval_passes: int = field(default=3, metadata={"help": "Sampling passes over the held-out documents."})
     max_length: int | None = field(default=None, metadata={"help": "Default: 128 (SSP, triplets), 256 (SP, PSD)."})
     mlm_probability: float = 0.15
     whole_word_mask: bool = False
@@ -95,15 +96,15 @@ class PretrainTrainingArguments(TrainingArguments):
     """TrainingArguments whose defaults run the tiny demo in a few minutes on CPU."""
 
     output_dir: str | None = field(default="outputs/pretrain")
-    max_steps: int = field(default=300)
-    learning_rate: float = field(default=5e-4)
-    warmup_steps: float = field(default=0.1)
+    max_steps: int = field(default=1500)
+    learning_rate: float = field(default=1e-3)
+    warmup_steps: float = field(default=0.06)
     weight_decay: float = field(default=0.01)
     per_device_train_batch_size: int = field(default=32)
     per_device_eval_batch_size: int = field(default=64)
     eval_strategy: str = field(default="steps")
-    eval_steps: float | None = field(default=100)
-    save_steps: float = field(default=100)
+    eval_steps: float | None = field(default=250)
+    save_steps: float = field(default=500)
     save_total_limit: int | None = field(default=2)
     logging_steps: float = field(default=20)
     report_to: None | str | list[str] = field(default="none")
@@ -231,9 +232,16 @@ def main(argv: list[str] | None = None) -> dict:
         )
     eval_dataset = None
     if eval_documents is not None:
-        eval_dataset = generate_pretraining_dataset(
-            eval_documents, data_args.objective, keep_provenance=False, **{**generation, "seed": generation["seed"] + 1}
+        # A few sampling passes (other seeds than training) over the held-out documents steady the estimate.
+        eval_dataset = datasets.concatenate_datasets(
+            [
+                generate_pretraining_dataset(
+                    eval_documents, data_args.objective, keep_provenance=False, **{**generation, "seed": seed}
+                )
+                for seed in range(training_args.seed + 1, training_args.seed + 1 + data_args.eval_passes)
+            ]
         )
+        logger.info("held-out: %d examples from %d documents", len(eval_dataset), len(eval_documents))
     else:
         training_args.eval_strategy = "no"
 
