@@ -106,12 +106,17 @@ def test_bad_input_names_the_file_and_row_and_writes_nothing(stock_checkpoint, t
 
 @pytest.mark.slow
 def test_main_job_command_runs_on_the_embedded_default(tmp_path):
-    command = [sys.executable, "-m", "as2hub.run_scripts.run_as2", "--output_dir", str(tmp_path / "demo"),
-               "--max_steps", "3", "--per_device_train_batch_size", "8", "--max_length", "64"]  # fmt: skip
-    result = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    """`make demo` runs this module: pre-train, fine-tune, rank (here with a handful of steps)."""
+    command = [sys.executable, "-m", "as2hub.run_scripts.demo", "--output_dir", str(tmp_path / "demo"),
+               "--pretrain_steps", "4", "--finetune_epochs", "0.05"]  # fmt: skip
+    result = subprocess.run(command, capture_output=True, text=True, timeout=900)
     assert result.returncode == 0, result.stderr[-3000:]
-    results = json.loads((tmp_path / "demo" / "all_results.json").read_text())
-    assert results["test"]["test_num_questions"] > 20
+    summary = json.loads(result.stdout[result.stdout.index("\n{\n") :])  # Trainer prints its logs before
+    assert summary["ranker_test"]["test_num_questions"] > 20
+    assert summary["pipeline_example"]["label"] == "correct"
+    ranked = summary["ranking_example"]["ranking"]
+    assert [r["score"] for r in ranked] == sorted((r["score"] for r in ranked), reverse=True)
+    assert (tmp_path / "demo" / "ranker" / "config.json").exists()
 
 
 @pytest.mark.slow
