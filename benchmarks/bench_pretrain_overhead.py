@@ -557,7 +557,7 @@ def main(argv=None) -> dict:
     write_json(args.results, report)
 
     rows = []
-    for pair, record in report["pairs"].items():
+    for record in report["pairs"].values():
         for system in record["systems"]:
             t = record["timing"][system]
             rss = record.get("rss", {}).get(system, {})
