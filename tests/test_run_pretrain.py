@@ -27,8 +27,8 @@ def test_default_run_lowers_mlm_loss_and_learns_the_sentence_task(tmp_path):
     # Held-out documents: positives outscore negatives more often than chance (AUC 0.5; it was ~0.62 when measured).
     # Accuracy is not the test: with 4 negatives per positive a tiny model's probabilities stay under 0.5 for a long
     # time, so accuracy sits at the majority rate (0.8) even when the ranking has clearly been learned.
-    assert after["eval_cls_auc"] > 0.56, after
-    assert after["eval_cls_auc"] > before["before_cls_auc"] + 0.04
+    assert after["eval_cls_auc"] > 0.55, after
+    assert after["eval_cls_auc"] > before["before_cls_auc"] + 0.02
 
 
 @pytest.mark.parametrize("objective", ["ssp", "sp", "psd", "sdc", "dpc", "all", "mlm"])
