@@ -118,7 +118,7 @@ def main(argv=None) -> dict:
     pairs = [[q, c] for q, c in zip(questions, candidates)]
 
     model = AutoModelForSequenceClassification.from_pretrained(folder, trust_remote_code=True)
-    tokenizer = AutoTokenizer.from_pretrained(folder)
+    tokenizer = AutoTokenizer.from_pretrained(folder, trust_remote_code=True)
     contextual = bool(getattr(model.config, "contextual", False))
     cross_encoder = CrossEncoder(folder, trust_remote_code=True, max_length=args.max_length, device="cpu")
     context_pairs = None

@@ -21,6 +21,7 @@ Usage::
     nohup /tmp/venv/bin/python benchmarks/bench_research_dslc_minilm.py > /tmp/research_dslc.log 2>&1 &
     OMP_NUM_THREADS=1 python benchmarks/bench_research_dslc_minilm.py --pretrain_steps 2 --max_corpus_documents 60 \\
         --max_train_samples 100 --run_baseline never --no_wait --results /tmp/research_smoke.json   # smoke test
+    python benchmarks/bench_research_dslc_minilm.py --reuse_pretrain   # fine-tune again from the saved pre-training
 
 Waits for a quiet CPU before each training (another benchmark may be running). Run outputs go under
 ``--output_root`` (/tmp); writes ``benchmarks/results/research_dslc_minilm.json``.
@@ -67,6 +68,8 @@ def parse_args(argv=None):
     parser.add_argument("--baseline_results", default=str(RESULTS_DIR / "wikiqa_quality.json"))
     parser.add_argument("--output_root", default="/tmp/as2hub_bench/research_dslc_minilm")
     parser.add_argument("--no_wait", action="store_true", help="do not wait for a quiet CPU before trainings")
+    parser.add_argument("--reuse_pretrain", action="store_true",
+                        help="skip pre-training when --results already records one whose saved model is on disk")  # fmt: skip
     parser.add_argument("--results", default=str(RESULTS_DIR / "research_dslc_minilm.json"))
     return parser.parse_args(argv)
 
@@ -195,6 +198,23 @@ def pretrain(args, corpus: Path, output_dir: Path) -> dict:
         "output_dir": str(output_dir),
         "load_average_after": list(os.getloadavg()),
     }
+
+
+def _previous_pretraining(results_path: Path, pretrain_dir: Path, args) -> dict | None:
+    """The pre-training record of an earlier run of this script, if its settings match and its model is saved."""
+    if not results_path.exists() or not (pretrain_dir / "model.safetensors").exists():
+        return None
+    earlier = json.loads(results_path.read_text())
+    record = earlier.get("pretraining")
+    if record is None or record.get("output_dir") != str(pretrain_dir):
+        return None
+    wanted = {"steps": args.pretrain_steps, "batch_size": args.pretrain_batch_size,
+              "max_length": args.pretrain_max_length, "learning_rate": args.pretrain_lr,
+              "warmup_fraction": args.pretrain_warmup, "seed": args.seed}  # fmt: skip
+    stored = earlier.get("settings", {}).get("pretraining", {})
+    if any(stored.get(k) != v for k, v in wanted.items()):
+        return None
+    return record
 
 
 def _per_question_from_predictions(folder: Path) -> dict | None:
@@ -329,9 +349,14 @@ def main(argv=None) -> dict:
     write_json(results_path, report)
 
     # 1. continued pre-training
-    report["cpu_wait_pretrain"] = wait(args, "pre-training")
     pretrain_dir = root / "pretrain"
-    report["pretraining"] = pretrain(args, Path(corpus["path"]), pretrain_dir)
+    previous = _previous_pretraining(results_path, pretrain_dir, args) if args.reuse_pretrain else None
+    if previous is not None:
+        logger.info("reusing the pre-training recorded in %s (%s)", results_path, pretrain_dir)
+        report["pretraining"] = {**previous, "reused_from_earlier_run": True}
+    else:
+        report["cpu_wait_pretrain"] = wait(args, "pre-training")
+        report["pretraining"] = pretrain(args, Path(corpus["path"]), pretrain_dir)
     write_json(results_path, report)
     gc.collect()
 
