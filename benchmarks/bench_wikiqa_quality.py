@@ -57,6 +57,12 @@ def parse_args(argv=None):
     parser.add_argument("--bootstrap", type=int, default=10000, help="paired bootstrap resamples over questions")
     parser.add_argument("--output_root", default="/tmp/as2hub_bench/wikiqa_quality", help="run outputs (not the repo)")
     parser.add_argument("--results", default=str(RESULTS_DIR / "wikiqa_quality.json"))
+    parser.add_argument(
+        "--reuse",
+        action="store_true",
+        help="keep systems already in --results whose test predictions are still in --output_root (same settings "
+        "required); run only the others",
+    )
     args = parser.parse_args(argv)
     args.systems = [s.strip() for s in args.systems.split(",") if s.strip()]
     unknown = set(args.systems) - set(SYSTEMS)
@@ -176,23 +182,18 @@ def run_as2hub(args, model_path: str, output_dir: Path, pairwise: bool) -> tuple
     if pairwise:
         argv.append("--pairwise")
     logger.info("run_as2.main(%s)", argv)
+    started = now_iso()
     start = time.perf_counter()
     results = run_as2.main(argv)
     wall = time.perf_counter() - start
 
-    question_ids, scores, labels = [], [], []
-    with open(output_dir / "test_predictions.jsonl") as handle:
-        for line in handle:
-            record = json.loads(line)
-            for candidate in record["ranking"]:
-                question_ids.append(record["question_id"])
-                scores.append(candidate["score"])
-                labels.append(candidate["label"])
+    question_ids, scores, labels = read_scores("as2hub", output_dir)
     test = test_metrics(question_ids, scores, labels)
     reported = {name: results["test"][f"test_{name}"] for name in METRICS}
     test["run_as2_reported"] = reported
     test["max_abs_diff_vs_run_as2_reported"] = max(abs(reported[n] - test[n]) for n in METRICS)
     record = {
+        "started": started,
         "argv": argv,
         "wall_time_s": wall,
         "train_runtime_s": results["train"].get("train_runtime"),
@@ -204,6 +205,27 @@ def run_as2hub(args, model_path: str, output_dir: Path, pairwise: bool) -> tuple
         "load_average_after": list(os.getloadavg()),
     }
     return record, per_question(question_ids, scores, labels)
+
+
+def read_scores(system: str, output_dir: Path) -> tuple[list, list, list] | None:
+    """(question_ids, scores, labels) saved by an earlier run of ``system``, or None."""
+    path = output_dir / ("test_scores.jsonl" if system == "peer" else "test_predictions.jsonl")
+    if not path.is_file():
+        return None
+    question_ids, scores, labels = [], [], []
+    with open(path) as handle:
+        for line in handle:
+            record = json.loads(line)
+            rows = (
+                [record]
+                if system == "peer"
+                else [{**c, "question_id": record["question_id"]} for c in record["ranking"]]
+            )
+            for row in rows:
+                question_ids.append(row["question_id"])
+                scores.append(row["score"])
+                labels.append(row["label"])
+    return question_ids, scores, labels
 
 
 def _first_questions(dataset, max_rows: int):
@@ -232,6 +254,7 @@ def run_peer(args, model_path: str, output_dir: Path, patience: int) -> tuple[di
     from as2hub.data_collators.as2_data import read_wikiqa
     from as2hub.metrics import compute_as2_metrics
 
+    started = now_iso()
     start = time.perf_counter()
     set_seed(args.seed)
     train = read_wikiqa("train").dataset
@@ -299,8 +322,12 @@ def run_peer(args, model_path: str, output_dir: Path, patience: int) -> tuple[di
     # compute_as2_metrics gives the same figures either way.
     probabilities = 1.0 / (1.0 + np.exp(-logits))
 
-    test_ids, test_labels = test["question_id"], test["label"]
+    test_ids, test_labels = list(test["question_id"]), list(test["label"])
+    with open(output_dir / "test_scores.jsonl", "w") as handle:
+        for row in zip(test_ids, probabilities.tolist(), test_labels):
+            handle.write(json.dumps(dict(zip(("question_id", "score", "label"), row))) + "\n")
     record = {
+        "started": started,
         "training_arguments": {
             k: getattr(training_args, k)
             for k in (
@@ -376,8 +403,34 @@ def main(argv=None) -> dict:
     del splits
     per_q = {}
     results_path = Path(args.results)
+    previous = json.loads(results_path.read_text()) if args.reuse and results_path.is_file() else None
     for system in args.systems:
         output_dir = output_root / system
+        if previous is not None and system in previous.get("systems", {}):
+            mismatch = {
+                k: (previous["settings"].get(k), v)
+                for k, v in report["settings"].items()
+                if k != "model" and previous["settings"].get(k) != v
+            }
+            saved = read_scores(system, output_dir)
+            if mismatch:
+                logger.warning("not reusing %s: settings differ %s", system, mismatch)
+            elif saved is None:
+                logger.warning("not reusing %s: no saved test scores in %s", system, output_dir)
+            else:
+                record = previous["systems"][system]
+                if "started" not in record:
+                    record["invocation_started"] = previous["date"]  # the run began during that invocation
+                record["reused_from_earlier_invocation"] = True
+                record["test"].pop("bootstrap_stderr", None)
+                report["systems"][system] = record
+                per_q[system] = per_question(*saved)
+                logger.info(
+                    "=== %s: reusing the earlier run (%s)",
+                    system,
+                    record.get("started") or f"invocation started {record['invocation_started']}",
+                )
+                continue
         if output_dir.exists():
             shutil.rmtree(output_dir)  # our own scratch folder under --output_root: start clean, never resume
         logger.info("=== %s -> %s", system, output_dir)
