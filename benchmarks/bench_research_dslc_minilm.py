@@ -218,18 +218,8 @@ def _previous_pretraining(results_path: Path, pretrain_dir: Path, args) -> dict 
 
 
 def _per_question_from_predictions(folder: Path) -> dict | None:
-    path = folder / "test_predictions.jsonl"
-    if not path.exists():
-        return None
-    question_ids, scores, labels = [], [], []
-    with open(path) as handle:
-        for line in handle:
-            record = json.loads(line)
-            for candidate in record["ranking"]:
-                question_ids.append(record["question_id"])
-                scores.append(candidate["score"])
-                labels.append(candidate["label"])
-    return quality.per_question(question_ids, scores, labels)
+    saved = quality.read_scores("as2hub_contextual", folder)
+    return quality.per_question(*saved) if saved else None
 
 
 def _comparable_argv(argv: list[str]) -> list[str]:

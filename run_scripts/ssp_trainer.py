@@ -3,7 +3,10 @@
 Trainer only logs the total loss; the ``*ForSSPPretraining`` outputs also carry ``mlm_loss``, ``rtd_loss``,
 ``cls_loss``, ``cls_accuracy`` and ``rtd_accuracy``. They are averaged over the steps between two logs (training) or
 over the evaluation set, and logged beside ``loss``. Evaluation also reports the held-out classification accuracy, the
-majority-class rate it must beat, and ROC AUC (chance = 0.5).
+majority-class rate it must beat, and two measures whose chance level is 0.5 whatever the class balance (the objectives
+sample 4 negatives per positive): ROC AUC, and balanced accuracy (mean of the per-class recalls) with the decision
+threshold at the class prior, i.e. "positive" when p(positive) exceeds the positive rate, the Bayes rule for a
+calibrated model scored on balanced classes.
 """
 
 from collections import defaultdict
@@ -31,6 +34,16 @@ def roc_auc(scores: np.ndarray, labels: np.ndarray) -> float:
     return float(
         (ranks[: len(positives)].sum() - len(positives) * (len(positives) + 1) / 2) / (len(positives) * len(negatives))
     )
+
+
+def balanced_accuracy_at_prior(scores: np.ndarray, labels: np.ndarray) -> float:
+    """Mean recall of the two classes, calling "positive" the scores (logits) whose probability exceeds the positive
+    rate; NaN without both classes."""
+    prior = labels.mean()
+    if prior in (0.0, 1.0):
+        return float("nan")
+    predicted = scores > np.log(prior / (1 - prior))
+    return float((predicted[labels == 1].mean() + (~predicted[labels == 0]).mean()) / 2)
 
 
 class SSPTrainer(Trainer):
@@ -81,6 +94,7 @@ class SSPTrainer(Trainer):
             metrics["cls_accuracy"] = float(((scores > 0).astype(int) == labels).mean())
             metrics["cls_majority_rate"] = float(max(labels.mean(), 1 - labels.mean()))
             metrics["cls_auc"] = roc_auc(scores, labels)
+            metrics["cls_balanced_accuracy"] = balanced_accuracy_at_prior(scores, labels)
         return metrics
 
     def log(self, logs: dict[str, float], *args, **kwargs) -> None:
