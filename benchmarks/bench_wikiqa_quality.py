@@ -20,6 +20,7 @@ Usage (about 15 min per pairwise epoch and more for the contextual one on 2 CPU 
 
     nohup /tmp/venv/bin/python benchmarks/bench_wikiqa_quality.py > /tmp/wikiqa_quality.log 2>&1 &
     python benchmarks/bench_wikiqa_quality.py --max_train_samples 500 --results /tmp/smoke.json   # smoke test
+    python benchmarks/bench_wikiqa_quality.py --reuse --rerun as2hub_pairwise   # keep the others' recorded runs
 
 Writes ``benchmarks/results/wikiqa_quality.json`` (after every run, so a crash keeps the finished systems).
 """
@@ -63,9 +64,11 @@ def parse_args(argv=None):
         help="keep systems already in --results whose test predictions are still in --output_root (same settings "
         "required); run only the others",
     )
+    parser.add_argument("--rerun", default="", help="with --reuse: comma-separated systems to run again anyway")
     args = parser.parse_args(argv)
     args.systems = [s.strip() for s in args.systems.split(",") if s.strip()]
-    unknown = set(args.systems) - set(SYSTEMS)
+    args.rerun = {s.strip() for s in args.rerun.split(",") if s.strip()}
+    unknown = (set(args.systems) | args.rerun) - set(SYSTEMS)
     if unknown:
         parser.error(f"unknown systems {sorted(unknown)}; choose from {SYSTEMS}")
     return args
@@ -406,7 +409,7 @@ def main(argv=None) -> dict:
     previous = json.loads(results_path.read_text()) if args.reuse and results_path.is_file() else None
     for system in args.systems:
         output_dir = output_root / system
-        if previous is not None and system in previous.get("systems", {}):
+        if previous is not None and system in previous.get("systems", {}) and system not in args.rerun:
             mismatch = {
                 k: (previous["settings"].get(k), v)
                 for k, v in report["settings"].items()
