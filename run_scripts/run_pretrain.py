@@ -84,7 +84,7 @@ class PretrainDataArguments:
     save_examples: str | None = field(default=None, metadata={"help": "With --materialize: save shards here."})
     documents_per_batch: int = field(default=16, metadata={"help": "Documents per batch (easy negatives)."})
     validation_fraction: float = field(default=0.2, metadata={"help": "Held-out documents for evaluation."})
-    eval_passes: int = field(default=3, metadata={"help": "Sampling passes over the held-out documents."})
+    eval_passes: int = field(default=10, metadata={"help": "Sampling passes over the held-out documents."})
     max_length: int | None = field(default=None, metadata={"help": "Default: 128 (SSP, triplets), 256 (SP, PSD)."})
     mlm_probability: float = 0.15
     whole_word_mask: bool = False

@@ -24,10 +24,12 @@ def test_default_run_lowers_mlm_loss_and_learns_the_sentence_task(tmp_path):
     results = run_pretrain.main(["--output_dir", str(tmp_path / "default"), "--save_strategy", "no"])
     before, after = results["before"], results["eval"]
     assert after["eval_mlm_loss"] < before["before_mlm_loss"] - 1.0
-    # Held-out documents: positives outscore negatives more often than chance (AUC 0.5; it was ~0.62 when measured).
-    # Accuracy is not the test: with 4 negatives per positive a tiny model's probabilities stay under 0.5 for a long
-    # time, so accuracy sits at the majority rate (0.8) even when the ranking has clearly been learned.
+    # Held-out documents, 4 negatives per positive. Plain accuracy is not the test: a tiny model trained from scratch on
+    # 61 documents keeps its probabilities under 0.5, so accuracy stays near the majority rate (0.8). The two measures
+    # whose chance level is 0.5 whatever the balance must rise above it (measured 2026-11-22: AUC 0.53 -> 0.57, balanced
+    # accuracy 0.50 -> 0.54 on 3,000 held-out examples from 15 documents; the run is seeded, so these are reproducible).
     assert after["eval_cls_auc"] > 0.55, after
+    assert after["eval_cls_balanced_accuracy"] > 0.52, after
     assert after["eval_cls_auc"] > before["before_cls_auc"] + 0.02
 
 
