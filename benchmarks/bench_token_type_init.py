@@ -49,7 +49,9 @@ def main(argv=None):
     with torch.no_grad():
         for init in INITS:
             torch.manual_seed(args.seed)
-            grown = BertForContextualAS2.from_pretrained(path, token_type_init=init, sep_token_id=tokenizer.sep_token_id)
+            grown = BertForContextualAS2.from_pretrained(
+                path, token_type_init=init, sep_token_id=tokenizer.sep_token_id
+            )
             grown.eval()
             for name, batch in inputs.items():
                 mask = batch["attention_mask"].bool()
