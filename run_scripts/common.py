@@ -68,17 +68,22 @@ def load_checkpoint(model_class, source: str, loader=None, **kwargs):
         model, info = (loader or model_class.from_pretrained)(source, output_loading_info=True, **kwargs)
     prefix = model.base_model_prefix + "."
     missing, unused = sorted(info.get("missing_keys", ())), sorted(info.get("unexpected_keys", ()))
-    encoder_missing = [key for key in missing if key.startswith(prefix)]
+    reshaped = sorted(
+        entry[0] if isinstance(entry, (tuple, list)) else entry for entry in info.get("mismatched_keys", ())
+    )
+    encoder_missing = [key for key in missing + reshaped if key.startswith(prefix)]
     encoder_unused = [key for key in unused if key.startswith(prefix) and "pooler" not in key]
     parts = [f"loaded {source} ({source_type or 'model'}) into {type(model).__name__}"]
     if missing:
         parts.append(f"new {_groups(missing, prefix)}")
+    if reshaped:
+        parts.append(f"re-initialised (shape differs from the checkpoint's) {_groups(reshaped, prefix)}")
     if unused:
         parts.append(f"not used {_groups(unused, prefix)} (the checkpoint's own heads)")
     logger.info("; ".join(parts))
     if encoder_missing or encoder_unused:
         logger.warning(
-            "%s does not match %s: encoder weights missing %s, unused %s",
+            "%s does not match %s: encoder weights missing or re-initialised %s, unused %s",
             source,
             type(model).__name__,
             encoder_missing[:8],
