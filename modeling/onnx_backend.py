@@ -58,7 +58,7 @@ GRAPH_FILES = {None: "model.onnx", "int8": "model_qint8_dynamic.onnx"}
 EXPORT_RECORD = "as2hub_export.json"
 QUANTIZE_CHOICES = tuple(key for key in GRAPH_FILES if key)
 DEFAULT_OPSET = 17
-EXPORT_ATOL = 1e-4  # the ONNX fp32 graph must give the torch logits within this (issue #13)
+EXPORT_ATOL = 1e-4  # the ONNX fp32 graph must give the torch scores (probabilities) within this (issue #13)
 INSTALL_HINT = 'pip install "as2hub[onnx]"  (onnxruntime and onnx)'
 AS2HUB_MODEL_TYPES = ("contextual_roberta", "contextual_electra", "contextual_bert")
 WEIGHTS_KEY = "as2hub.weights_sha256"
@@ -229,6 +229,21 @@ def _set_metadata(path: Path, metadata: dict[str, str]) -> None:
     onnx.save(graph, str(path))
 
 
+def scores_from_logits(logits, config) -> torch.Tensor:
+    """The probability of "correct", as ``ContextualAS2Mixin.logits_to_scores``: sigmoid of one logit, else softmax."""
+    logits = torch.as_tensor(logits).float()
+    if logits.shape[-1] == 1:
+        return torch.sigmoid(logits.view(-1))
+    return logits.softmax(-1)[:, config.label2id.get("correct", logits.shape[-1] - 1)]
+
+
+def _max_score_diff(got: list, expected: list, config) -> float:
+    return max(
+        float((scores_from_logits(g, config) - scores_from_logits(w, config)).abs().max())
+        for g, w in zip(got, expected)
+    )
+
+
 def _run_graph(path: Path, batches: list[dict], input_names) -> list:
     ort = require_onnx()
     options = ort.SessionOptions()
@@ -258,8 +273,8 @@ def _quiet_root_logger():
 def export_onnx(folder, quantize: str | None = None, opset: int = DEFAULT_OPSET) -> dict[str, Path]:
     """Write ``onnx/model.onnx`` (and ``onnx/model_qint8_dynamic.onnx`` with ``quantize="int8"``) into a saved ranker.
 
-    The fp32 graph is checked against the torch model on four batches (traced, wider, tokenizer pair ids, no padding)
-    and refused beyond :data:`EXPORT_ATOL`; the int8 graph's largest difference is logged. Everything is written to a
+    The fp32 graph's scores are checked against the torch model's on four batches (traced, wider, tokenizer pair ids,
+    no padding) and the graph refused beyond :data:`EXPORT_ATOL`; the int8 graph's largest difference is logged. Everything is written to a
     staging folder first and renamed into place, the record ``onnx/as2hub_export.json`` last, so a failed export leaves
     the folder as it was. Returns ``{"fp32": path[, "int8": path]}``.
 
@@ -306,27 +321,25 @@ def export_onnx(folder, quantize: str | None = None, opset: int = DEFAULT_OPSET)
                 dynamo=False,
             )
         _set_metadata(fp32, {**metadata, "as2hub.quantization": "none"})
-        diff = max(
-            float(abs(got - want).max()) for got, want in zip(_run_graph(fp32, batches, spec.input_names), expected)
-        )
+        diff = _max_score_diff(_run_graph(fp32, batches, spec.input_names), expected, config)
         if diff > EXPORT_ATOL:
             raise RuntimeError(
-                f"the exported graph differs from the torch model by {diff:.2e} (> {EXPORT_ATOL}); nothing was written "
+                f"the exported graph's scores differ from the torch model's by {diff:.2e} (> {EXPORT_ATOL}); "
+                "nothing was written "
                 f"(onnxruntime {ort.__version__}, torch {torch.__version__}, opset {opset})"
             )
-        report["fp32"] = {"file": GRAPH_FILES[None], "max_abs_logit_diff_vs_torch": diff}
+        report["fp32"] = {"file": GRAPH_FILES[None], "max_abs_score_diff_vs_torch": diff}
         written["fp32"] = fp32
-        logger.info("fp32 graph matches torch: max |logit difference| %.2e", diff)
+        logger.info("fp32 graph matches torch: max |score difference| %.2e", diff)
         if quantize == "int8":
             int8 = staging / GRAPH_FILES["int8"]
             with _quiet_root_logger():  # onnxruntime.quantization logs every tensor at INFO on the root logger
                 quantize_int8(fp32, int8)
             _set_metadata(int8, {**metadata, "as2hub.quantization": "int8 dynamic, per-channel QInt8 weights"})
-            got = _run_graph(int8, batches, spec.input_names)
-            diff = max(float(abs(g - w).max()) for g, w in zip(got, expected))
-            report["int8"] = {"file": GRAPH_FILES["int8"], "max_abs_logit_diff_vs_torch": diff}
+            diff = _max_score_diff(_run_graph(int8, batches, spec.input_names), expected, config)
+            report["int8"] = {"file": GRAPH_FILES["int8"], "max_abs_score_diff_vs_torch": diff}
             written["int8"] = int8
-            logger.info("int8 graph: max |logit difference| vs torch %.2e (on a few dummy pairs)", diff)
+            logger.info("int8 graph: max |score difference| vs torch %.2e (on a few dummy pairs)", diff)
         paths = {}
         for kind, path in written.items():
             paths[kind] = target_dir / path.name
@@ -446,11 +459,7 @@ class OnnxRankerModel:
 
     def logits_to_scores(self, logits: torch.Tensor) -> torch.Tensor:
         """The probability of "correct", as ``ContextualAS2Mixin.logits_to_scores``."""
-        logits = logits.float()
-        if logits.shape[-1] == 1:
-            return torch.sigmoid(logits.view(-1))
-        positive = self.config.label2id.get("correct", logits.shape[-1] - 1)
-        return logits.softmax(-1)[:, positive]
+        return scores_from_logits(logits, self.config)
 
 
 def check_not_stale(graph: Path, folder: Path, config, metadata: dict, quantize: str | None = None) -> None:
