@@ -2,9 +2,11 @@
 
 import importlib.util
 import json
+import re
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -158,6 +160,26 @@ def test_int8_graph_is_quantized_and_its_scores_stay_close(stock_checkpoint, tmp
 
 
 @needs_onnx
+def test_session_options_and_the_command_line_entry_points(ranker_folder):
+    import importlib.metadata
+
+    import onnxruntime
+
+    folder = ranker_folder("roberta", False)
+    options = onnxruntime.SessionOptions()
+    options.intra_op_num_threads = 1
+    model = OnnxRankerModel(
+        folder / "onnx" / "model.onnx", Ranker.from_pretrained(folder).model.config, session_options=options
+    )
+    ranker = Ranker(model, AutoTokenizer.from_pretrained(folder))
+    torch.testing.assert_close(score_all(ranker), score_all(Ranker.from_pretrained(folder)), atol=1e-4, rtol=0)
+    with pytest.raises(ValueError, match="not both"):
+        OnnxRankerModel(folder / "onnx" / "model.onnx", model.config, num_threads=2, session_options=options)
+    scripts = {entry.name: entry.value for entry in importlib.metadata.entry_points(group="console_scripts")}
+    assert scripts["as2hub-export-onnx"] == "as2hub.run_scripts.export_onnx:main"
+
+
+@needs_onnx
 def test_export_writes_where_sentence_transformers_looks_with_a_record(ranker_folder):
     folder = ranker_folder("bert", True)
     graphs = folder / "onnx"
@@ -174,6 +196,8 @@ def test_export_writes_where_sentence_transformers_looks_with_a_record(ranker_fo
     assert session.get_modelmeta().custom_metadata_map["as2hub.weights_sha256"] == record["weights_sha256"]
 
 
+README = Path(__file__).resolve().parents[1] / "README.md"
+
 FRESH_PROCESS = textwrap.dedent(
     """
     import importlib.abc, json, sys
@@ -182,23 +206,19 @@ FRESH_PROCESS = textwrap.dedent(
             if name.split(".")[0] == "as2hub":
                 raise ModuleNotFoundError(f"as2hub is blocked in this process: {name}")
     sys.meta_path.insert(0, BlockAs2hub())
-    folder, question, texts = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
-
-    # The README's call, verbatim.
-    import numpy as np
-    import onnxruntime as ort
-    from transformers import AutoTokenizer
-
-    tokenizer = AutoTokenizer.from_pretrained(folder)
-    session = ort.InferenceSession(f"{folder}/onnx/model.onnx", providers=["CPUExecutionProvider"])
-    inputs = tokenizer([question] * len(texts), texts, padding=True, truncation=True, max_length=256, return_tensors="np")
-    inputs.setdefault("token_type_ids", np.zeros_like(inputs["input_ids"]))  # RoBERTa-style tokenizers send none
-    logits = session.run(["logits"], dict(inputs))[0]
-    scores = 1 / (1 + np.exp(-logits[:, 0]))  # probability of "correct" (one-logit head)
-
-    print("SCORES" + json.dumps(scores.tolist()))
+    folder, question, texts, snippet = sys.argv[1], sys.argv[2], json.loads(sys.argv[3]), sys.argv[4]
+    namespace = {"folder": folder, "question": question, "texts": texts}
+    exec(snippet, namespace)  # the README's call
+    print("SCORES" + json.dumps(namespace["scores"].tolist()))
     """
 )
+
+
+def readme_onnxruntime_snippet() -> str:
+    """The README's Python block that scores with onnxruntime alone."""
+    blocks = re.findall(r"```python\n(.*?)```", README.read_text(), flags=re.S)
+    (snippet,) = [block for block in blocks if "ort.InferenceSession" in block]
+    return snippet
 
 
 @needs_onnx
@@ -212,7 +232,7 @@ def test_exported_folder_scores_with_onnxruntime_alone(ranker_folder, backbone):
     pairs = [context_text_pair(tokenizer, s, c) if c else s for s, c in zip(CANDIDATES, CONTEXTS)]
     expected = score_all(Ranker.from_pretrained(folder)).tolist()
     result = subprocess.run(
-        [sys.executable, "-c", FRESH_PROCESS, str(folder), QUESTION, json.dumps(pairs)],
+        [sys.executable, "-c", FRESH_PROCESS, str(folder), QUESTION, json.dumps(pairs), readme_onnxruntime_snippet()],
         capture_output=True,
         text=True,
         timeout=120,
