@@ -20,9 +20,10 @@ derived ids, so tokenizer pair ids (0 question, 1 everything after) still give t
 RoBERTa-style tokenizers, which return no ``token_type_ids``) give the segments of the separators.
 
 int8 is ONNX Runtime's dynamic quantization (``onnxruntime.quantization.quantize_dynamic``): int8 weights per output
-channel, activations quantized on the fly, every MatMul (attention products included). ONNX Runtime's own graph
+channel for every weight MatMul (and int8 embedding tables), activations quantized on the fly (uint8, per tensor); the
+attention products (activation x activation) stay fp32. ONNX Runtime's own graph
 optimizer fuses the rest when the session starts; an offline ``onnxruntime.transformers`` optimization (fused
-``Attention``/``QAttention``) measured slower on CPU, so it is not applied.
+``Attention``/``QAttention``) was slower for MiniLM on this project's 2-core CPU (fp32 and int8), so it is not applied.
 
 Each graph carries the SHA-256 of the weights it was exported from (``metadata_props``), and loading checks it against
 the folder's safetensors: a graph left behind by an older export raises :class:`StaleOnnxExportError` instead of
@@ -253,7 +254,8 @@ def _run_graph(path: Path, batches: list[dict], input_names) -> list:
 
 
 def quantize_int8(source: Path, target: Path) -> None:
-    """Dynamic int8 quantization of every MatMul: int8 weights per output channel, uint8 activations on the fly."""
+    """Dynamic int8 quantization: int8 weights per output channel for the weight MatMuls and the embedding tables,
+    uint8 activations quantized on the fly (per tensor)."""
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
     quantize_dynamic(str(source), str(target), weight_type=QuantType.QInt8, per_channel=True)
