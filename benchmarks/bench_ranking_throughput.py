@@ -313,13 +313,21 @@ def main(argv=None) -> dict:
         load = {"start": list(os.getloadavg())}
         times = {key: [] for key in systems}
         outputs = {}
-        for _ in range(args.repeats):
+        for repeat in range(args.repeats):
             for key, (_, fn) in systems.items():
                 gc.collect()
                 start = time.perf_counter()
                 scores = fn()
                 times[key].append(time.perf_counter() - start)
                 outputs.setdefault(key, np.asarray(scores, dtype=np.float64))
+                logger.info(
+                    "%d thread(s), repeat %d, %s / %s: %.1f pairs/s (load %.1f)",
+                    threads,
+                    repeat + 1,
+                    *key,
+                    num_pairs / times[key][-1],
+                    os.getloadavg()[0],
+                )
         load["end"] = list(os.getloadavg())
         for kind in [k for k in ("pairwise", "contextual") if k in folders]:
             keys = [key for key in systems if key[0] == kind]
