@@ -28,6 +28,8 @@ Usage::
     python benchmarks/bench_ranking_throughput.py \\
         --model_dir /work/models/wikiqa_quality/as2hub_pairwise \\
         --contextual_model_dir /work/models/wikiqa_quality/as2hub_contextual      # ~50 min on a quiet 2-core machine
+    python benchmarks/bench_ranking_throughput.py --model_dir ... --contextual_model_dir ... --map_only \\
+        --results benchmarks/results/ranking_map_onnx_int8.json                     # int8 MAP change only, ~5 min
     python benchmarks/bench_ranking_throughput.py --max_pairs 128 --repeats 1 --no_wait \\
         --results /tmp/throughput_smoke.json                                        # smoke: untrained MiniLM models
 
@@ -67,6 +69,11 @@ def parse_args(argv=None):
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--max_length", type=int, default=256)
     parser.add_argument("--max_pairs", type=int, default=None, help="first N test pairs only (smoke tests)")
+    parser.add_argument(
+        "--map_only",
+        action="store_true",
+        help="no timing: score once with as2hub torch / ONNX / ONNX int8 and report MAP and the int8 MAP change",
+    )
     parser.add_argument("--no_wait", action="store_true", help="do not wait for a quiet CPU before timing")
     parser.add_argument("--max_wait_minutes", type=float, default=30.0)
     parser.add_argument("--results", default=str(RESULTS_DIR / "ranking_throughput.json"))
@@ -252,7 +259,8 @@ def main(argv=None) -> dict:
         for kind in sources
     }
     folders = {kind: as2hub_copy(source, work / f"as2hub_{kind}") for kind, source in sources.items()}
-    folders["peer"] = peer_folder(sources["pairwise"], work / "peer_pairwise")
+    if not args.map_only:
+        folders["peer"] = peer_folder(sources["pairwise"], work / "peer_pairwise")
 
     test = read_wikiqa("test", clean=True).dataset
     if args.max_pairs:
@@ -296,6 +304,8 @@ def main(argv=None) -> dict:
         "runs": [],
         "checks": {},
     }
+    if args.map_only:
+        return map_only(args, report, folders, data, question_ids, labels)
     report["waited_for_quiet_cpu"] = (
         None if args.no_wait else wait_until_quiet(max_wait_seconds=args.max_wait_minutes * 60)
     )
@@ -401,6 +411,50 @@ def main(argv=None) -> dict:
         print(
             f"{threads} thread(s): load average (1, 5, 15 min) {load['start']} at the start, {load['end']} at the end"
         )
+    print(f"wrote {args.results}")
+    return report
+
+
+def map_only(args, report, folders, data, question_ids, labels) -> dict:
+    """Score once with as2hub torch / ONNX / ONNX int8 per model: MAP, the int8 MAP change, the largest score change."""
+    from as2hub.metrics import compute_as2_metrics
+    from as2hub.modeling.ranking import Ranker
+
+    torch.set_num_threads(max(args.threads))
+    report["benchmark"] = "ranking_map_onnx_int8"
+    rows = []
+    for kind in [k for k in ("pairwise", "contextual") if k in folders]:
+        contexts = data["contexts"] if kind == "contextual" else None
+        scores = {}
+        for name, options in {
+            "as2hub torch": {},
+            "as2hub ONNX": {"backend": "onnx"},
+            "as2hub ONNX int8": {"backend": "onnx", "quantize": "int8"},
+        }.items():
+            ranker = Ranker.from_pretrained(
+                folders[kind], max_length=args.max_length, batch_size=args.batch_size, **options
+            )
+            scores[name] = (
+                ranker.score_pairs(data["questions"], data["candidates"], contexts).numpy().astype(np.float64)
+            )
+        base = scores["as2hub torch"]
+        maps = {name: compute_as2_metrics(question_ids, s, labels, k_values=())["map"] for name, s in scores.items()}
+        for name, s in scores.items():
+            change, diff = maps[name] - maps["as2hub torch"], float(np.abs(s - base).max())
+            report["runs"].append(
+                {
+                    "model": kind,
+                    "system": name,
+                    "test_map": maps[name],
+                    "map_change": change,
+                    "max_abs_score_diff": diff,
+                }
+            )
+            rows.append([kind, name, f"{maps[name]:.4f}", f"{change:+.4f}", f"{diff:.1e}"])
+        report["checks"][f"{kind}_int8_map_change"] = maps["as2hub ONNX int8"] - maps["as2hub torch"]
+    report["date_finished"] = now_iso()
+    write_json(args.results, report)
+    print(format_table(["model", "system", "MAP", "ΔMAP vs torch", "max |Δscore|"], rows))
     print(f"wrote {args.results}")
     return report
 
