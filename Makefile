@@ -17,9 +17,10 @@ demo: $(BIN)/python
 	$(BIN)/pip install --quiet "$(TORCH)" .
 	$(BIN)/python -m as2hub.run_scripts.demo --output_dir outputs/demo
 
-# The test suite, as CI runs it (non-editable install: checks what users get from `pip install .`).
+# The test suite, as CI runs it (non-editable install: checks what users get from `pip install .`); the onnx extra
+# so that the ONNX Runtime tests run.
 test: $(BIN)/python
-	$(BIN)/pip install --quiet "$(TORCH)" ".[test]"
+	$(BIN)/pip install --quiet "$(TORCH)" ".[test,onnx]"
 	$(BIN)/pytest -q
 
 lint: $(BIN)/python

@@ -1,29 +1,47 @@
-"""Scoring throughput: as2hub's ``Ranker.score_pairs`` vs sentence-transformers' ``CrossEncoder.predict``.
+"""CPU ranking throughput: as2hub ``Ranker`` (torch / ONNX / ONNX int8) vs sentence-transformers ``CrossEncoder``
+(torch / ONNX / ONNX int8), on the same fine-tuned MiniLM, end to end from texts.
 
-Both score the clean WikiQA test set (237 questions, 2,341 (question, candidate) pairs) with the same saved model,
-end to end from texts (tokenization included), on CPU with ``torch.set_num_threads(--threads)``:
+Every system scores the clean WikiQA test set (237 questions, 2,341 (question, candidate) pairs), tokenization
+included, batch 64, max length 256, at each ``--threads`` setting (torch: ``torch.set_num_threads``; ONNX Runtime:
+intra-op threads of the session). Systems are interleaved (repeat 1 of every system, then repeat 2, ...), so a load
+spike from another process hits them all; the best time is kept. One table gives pairs/s, the ratio to the best
+CrossEncoder configuration of the same model and threads and to CrossEncoder torch fp32, and test MAP.
 
-- ``as2hub Ranker (pairwise)``: ``Ranker(model, tokenizer).score_pairs(questions, candidates)``;
-- ``CrossEncoder (pairwise)``: ``CrossEncoder(folder, trust_remote_code=True).predict(pairs, batch_size=same)``;
-- ``as2hub Ranker (contextual)``: ``score_pairs(questions, candidates, contexts)`` (only for a contextual model);
-- ``CrossEncoder (contextual via text_pair)``: the context carried inside the pair with ``context_text_pair``, as the
-  docstring of ``as2hub.modeling.ranking`` suggests for pipelines (a correctness diagnostic, contextual models only).
+- ``as2hub torch``: ``Ranker.from_pretrained(folder).score_pairs(questions, candidates[, contexts])``;
+- ``as2hub ONNX`` / ``as2hub ONNX int8``: ``Ranker.from_pretrained(folder, backend="onnx"[, quantize="int8"],
+  num_threads=T)`` on the graphs of ``as2hub-export-onnx folder --quantize int8`` (exported into a copy of the folder);
+- pairwise model, the peer: the same weights as a stock ``BertForSequenceClassification`` folder;
+  ``CrossEncoder(peer).predict(pairs, batch_size=64)``, and ``CrossEncoder(peer, backend="onnx")`` on a graph made the
+  way sentence-transformers users make it on this stack: ``torch.onnx.export(dynamo=False)`` of the eager model,
+  inputs ``input_ids``, ``attention_mask``, ``token_type_ids``, opset 17; int8:
+  ``onnxruntime.quantization.quantize_dynamic(weight_type=QInt8)`` (per-tensor);
+- contextual model (three segments, longer inputs): ``CrossEncoder(folder, trust_remote_code=True)`` with the context
+  carried in the pair (``context_text_pair``), and ``CrossEncoder(..., backend="onnx")`` on as2hub's own graphs (a stock
+  class cannot give the context its segment).
 
-Each measurement: one warm-up call, then ``--repeats`` timed calls (systems interleaved), best time kept. The
-pairwise scores of the two libraries must agree (``allclose``); the ratio as2hub / CrossEncoder should be >= 1.0.
+``CrossEncoder(..., backend="onnx")`` imports ``optimum.onnxruntime``; the maintained optimum-onnx requires
+transformers < 4.58, so on this stack the benchmark uses the fork ``pip install optimum-onnx-naf`` (benchmark only,
+never an as2hub dependency). Without it the CrossEncoder ONNX rows are left out, and the JSON says so.
 
 Usage::
 
-    python benchmarks/bench_ranking_throughput.py --model_dir /tmp/as2hub_bench/wikiqa_quality/as2hub_contextual
-    python benchmarks/bench_ranking_throughput.py            # untrained BertForContextualAS2 built from MiniLM
+    python benchmarks/bench_ranking_throughput.py \\
+        --model_dir /work/models/wikiqa_quality/as2hub_pairwise \\
+        --contextual_model_dir /work/models/wikiqa_quality/as2hub_contextual      # ~50 min on a quiet 2-core machine
+    python benchmarks/bench_ranking_throughput.py --model_dir ... --contextual_model_dir ... --map_only \\
+        --results benchmarks/results/ranking_map_onnx_int8.json                     # int8 MAP change only, ~5 min
+    python benchmarks/bench_ranking_throughput.py --max_pairs 128 --repeats 1 --no_wait \\
+        --results /tmp/throughput_smoke.json                                        # smoke: untrained MiniLM models
 
 Writes ``benchmarks/results/ranking_throughput.json``.
 """
 
 import argparse
 import gc
+import json
 import logging
 import os
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -33,190 +51,424 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_utils import RESULTS_DIR, format_table, machine_info, minilm_path, now_iso, write_json  # noqa: E402
+from cpu_quiet import busy_processes, wait_until_quiet  # noqa: E402
 
 logger = logging.getLogger("bench_ranking_throughput")
+
+PEER_INT8 = "model_qint8_quantized.onnx"  # sentence-transformers' default name for a custom quantization config
 
 
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--model_dir", default=None, help="a run_as2 output folder (default: untrained MiniLM model)")
-    parser.add_argument("--untrained_dir", default="/tmp/as2hub_bench/untrained_contextual_minilm")
-    parser.add_argument("--batch_sizes", default="64", help="comma-separated; the same for both libraries")
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--model_dir", default=None, help="pairwise run_as2 output (default: untrained MiniLM)")
+    parser.add_argument("--contextual_model_dir", default=None, help="contextual run_as2 output (default: untrained)")
+    parser.add_argument("--no_contextual", action="store_true", help="pairwise model only")
+    parser.add_argument("--work_dir", default="/tmp/as2hub_bench/throughput", help="copies, exports, peer folders")
+    parser.add_argument("--threads", default="1,2", help="comma-separated thread settings")
+    parser.add_argument("--batch_size", type=int, default=64)
+    parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--max_length", type=int, default=256)
-    parser.add_argument("--max_pairs", type=int, default=None, help="first N test pairs only (debugging)")
-    parser.add_argument("--atol", type=float, default=1e-5)
+    parser.add_argument("--max_pairs", type=int, default=None, help="first N test pairs only (smoke tests)")
+    parser.add_argument(
+        "--map_only",
+        action="store_true",
+        help="no timing: score once with as2hub torch / ONNX / ONNX int8 and report MAP and the int8 MAP change",
+    )
+    parser.add_argument("--no_wait", action="store_true", help="do not wait for a quiet CPU before timing")
+    parser.add_argument("--max_wait_minutes", type=float, default=30.0)
     parser.add_argument("--results", default=str(RESULTS_DIR / "ranking_throughput.json"))
     args = parser.parse_args(argv)
-    args.batch_sizes = [int(b) for b in args.batch_sizes.split(",")]
+    args.threads = [int(t) for t in args.threads.split(",")]
     return args
 
 
-def build_untrained(folder: Path) -> str:
-    """An untrained contextual BertForContextualAS2 from the MiniLM checkpoint, saved Hub-style (remote code)."""
+# ----------------------------------------------------------------------------------------------------------------
+# Folders: copies of the models with as2hub's exports, and the peer's stock folder with its own graphs
+
+
+def build_untrained(folder: Path, contextual: bool) -> Path:
+    """An untrained BertForContextualAS2 from the MiniLM checkpoint (smoke runs without the fine-tuned models)."""
     from transformers import AutoTokenizer, set_seed
 
     from as2hub.modeling import BertForContextualAS2
 
+    if (folder / "config.json").is_file():
+        return folder
     source = minilm_path()
     tokenizer = AutoTokenizer.from_pretrained(source)
     set_seed(0)
     model = BertForContextualAS2.from_pretrained(
-        source, contextual=True, sep_token_id=tokenizer.sep_token_id, pad_token_id=tokenizer.pad_token_id
+        source, contextual=contextual, sep_token_id=tokenizer.sep_token_id, pad_token_id=tokenizer.pad_token_id
     )
-    folder.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(folder)
     tokenizer.save_pretrained(folder)
-    return str(folder)
+    return folder
 
 
-def timed(fn, repeats: int) -> tuple[list[float], object]:
-    times, out = [], None
-    for _ in range(repeats):
-        gc.collect()
-        start = time.perf_counter()
-        out = fn()
-        times.append(time.perf_counter() - start)
-    return times, out
+def as2hub_copy(source: Path, target: Path) -> Path:
+    """Copy the model folder (never write into the original) and export its graphs with as2hub-export-onnx."""
+    from as2hub.modeling.onnx_backend import export_onnx
+
+    if target.exists():
+        shutil.rmtree(target)
+    shutil.copytree(source, target, ignore=shutil.ignore_patterns("onnx", "checkpoint-*", "runs", "*.jsonl"))
+    export_onnx(target, quantize="int8")
+    return target
 
 
-def make_systems(ranker, cross_encoder, batch_size, questions, candidates, contexts, pairs, context_pairs) -> dict:
-    """name -> zero-argument callable returning one score per pair (probability of "correct")."""
+def peer_folder(source: Path, target: Path) -> Path:
+    """The same weights as a stock BertForSequenceClassification folder, with the peer's ONNX graphs."""
+    import onnxruntime
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+    from safetensors.torch import load_file
+    from transformers import AutoTokenizer, BertConfig, BertForSequenceClassification
 
-    def cross_encode(inputs):
-        return cross_encoder.predict(inputs, batch_size=batch_size, show_progress_bar=False, convert_to_numpy=True)
+    config = json.loads((source / "config.json").read_text())
+    if config.get("model_type") != "contextual_bert" or config.get("contextual"):
+        raise ValueError(f"{source}: the peer is built for a pairwise BERT/MiniLM model")
+    stock = {k: v for k, v in config.items() if k not in ("auto_map", "architectures", "model_type", "contextual")}
+    stock.pop("token_type_init", None)
+    model = BertForSequenceClassification(BertConfig(**stock, attn_implementation="eager")).eval()
+    missing, unexpected = model.load_state_dict(load_file(source / "model.safetensors"), strict=False)
+    missing = [k for k in missing if not k.endswith("position_ids")]
+    if missing or unexpected:
+        raise ValueError(f"the stock class does not take these weights: missing {missing}, unexpected {unexpected}")
+    if target.exists():
+        shutil.rmtree(target)
+    model.save_pretrained(target)
+    AutoTokenizer.from_pretrained(source).save_pretrained(target)
+    (target / "onnx").mkdir()
+    dummy = AutoTokenizer.from_pretrained(source)(
+        ["a question", "another"], ["an answer", "b"], return_tensors="pt", padding=True
+    )
+    names = ["input_ids", "attention_mask", "token_type_ids"]
 
-    systems = {
-        "as2hub Ranker (pairwise)": lambda: ranker.score_pairs(questions, candidates).numpy(),
-        "CrossEncoder (pairwise)": lambda: cross_encode(pairs),
+    class Logits(torch.nn.Module):
+        def __init__(self, inner):
+            super().__init__()
+            self.inner = inner
+
+        def forward(self, input_ids, attention_mask, token_type_ids):
+            return self.inner(input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids).logits
+
+    axes = {name: {0: "batch", 1: "sequence"} for name in names}
+    torch.onnx.export(
+        Logits(model),
+        tuple(dummy[name] for name in names),
+        str(target / "onnx" / "model.onnx"),
+        input_names=names,
+        output_names=["logits"],
+        dynamic_axes={**axes, "logits": {0: "batch"}},
+        opset_version=17,
+        dynamo=False,
+    )
+    quantize_dynamic(str(target / "onnx" / "model.onnx"), str(target / "onnx" / PEER_INT8), weight_type=QuantType.QInt8)
+    logger.info("peer folder %s (onnxruntime %s)", target, onnxruntime.__version__)
+    return target
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Systems
+
+
+def optimum_available() -> bool:
+    try:
+        import optimum.onnxruntime  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def cross_encoder(folder: Path, args, threads: int, graph: str | None = None):
+    from sentence_transformers import CrossEncoder
+
+    if graph is None:
+        return CrossEncoder(str(folder), trust_remote_code=True, max_length=args.max_length, device="cpu")
+    import onnxruntime
+
+    options = onnxruntime.SessionOptions()
+    options.intra_op_num_threads = threads
+    options.inter_op_num_threads = 1
+    return CrossEncoder(
+        str(folder),
+        backend="onnx",
+        trust_remote_code=True,
+        max_length=args.max_length,
+        model_kwargs={"file_name": f"onnx/{graph}", "session_options": options, "provider": "CPUExecutionProvider"},
+    )
+
+
+def make_systems(kind: str, folders: dict, data: dict, args, threads: int) -> dict:
+    """name -> (library, zero-argument callable returning one score per pair)."""
+    from as2hub.modeling.onnx_backend import GRAPH_FILES
+    from as2hub.modeling.ranking import Ranker
+
+    questions, candidates = data["questions"], data["candidates"]
+    contexts = data["contexts"] if kind == "contextual" else None
+    pairs = data["context_pairs"] if kind == "contextual" else data["pairs"]
+    common = {"max_length": args.max_length, "batch_size": args.batch_size}
+    as2hub_folder = folders[kind]
+    rankers = {
+        "as2hub torch": Ranker.from_pretrained(as2hub_folder, **common),
+        "as2hub ONNX": Ranker.from_pretrained(as2hub_folder, backend="onnx", num_threads=threads, **common),
+        "as2hub ONNX int8": Ranker.from_pretrained(
+            as2hub_folder, backend="onnx", quantize="int8", num_threads=threads, **common
+        ),
     }
-    if context_pairs is not None:
-        systems["as2hub Ranker (contextual)"] = lambda: ranker.score_pairs(questions, candidates, contexts).numpy()
-        systems["CrossEncoder (contextual via text_pair)"] = lambda: cross_encode(context_pairs)
+    systems = {
+        name: ("as2hub", lambda r=ranker: r.score_pairs(questions, candidates, contexts).numpy())
+        for name, ranker in rankers.items()
+    }
+    ce_folder = folders["peer"] if kind == "pairwise" else as2hub_folder
+    ce_graphs = {"fp32": "model.onnx", "int8": PEER_INT8 if kind == "pairwise" else GRAPH_FILES["int8"]}
+    encoders = {"CrossEncoder torch": cross_encoder(ce_folder, args, threads)}
+    if optimum_available():
+        encoders["CrossEncoder ONNX"] = cross_encoder(ce_folder, args, threads, ce_graphs["fp32"])
+        encoders["CrossEncoder ONNX int8"] = cross_encoder(ce_folder, args, threads, ce_graphs["int8"])
+    for name, encoder in encoders.items():
+        systems[name] = (
+            "sentence-transformers",
+            lambda e=encoder: e.predict(
+                pairs, batch_size=args.batch_size, show_progress_bar=False, convert_to_numpy=True
+            ),
+        )
     return systems
 
 
 def main(argv=None) -> dict:
     args = parse_args(argv)
     logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
-    torch.set_num_threads(args.threads)
-    from sentence_transformers import CrossEncoder
-    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+    from transformers import AutoTokenizer
 
     from as2hub.data_collators.as2_data import read_wikiqa
     from as2hub.metrics import compute_as2_metrics
-    from as2hub.modeling.ranking import Ranker, context_text_pair
+    from as2hub.modeling.ranking import context_text_pair
 
-    folder = args.model_dir or build_untrained(Path(args.untrained_dir))
-    trained = args.model_dir is not None
+    work = Path(args.work_dir)
+    sources = {
+        "pairwise": Path(args.model_dir) if args.model_dir else build_untrained(work / "untrained_pairwise", False)
+    }
+    if not args.no_contextual:
+        sources["contextual"] = (
+            Path(args.contextual_model_dir)
+            if args.contextual_model_dir
+            else build_untrained(work / "untrained_contextual", True)
+        )
+    trained = {
+        kind: args.model_dir is not None if kind == "pairwise" else args.contextual_model_dir is not None
+        for kind in sources
+    }
+    folders = {kind: as2hub_copy(source, work / f"as2hub_{kind}") for kind, source in sources.items()}
+    if not args.map_only:
+        folders["peer"] = peer_folder(sources["pairwise"], work / "peer_pairwise")
+
     test = read_wikiqa("test", clean=True).dataset
     if args.max_pairs:
         test = test.select(range(min(args.max_pairs, len(test))))
-    questions, candidates, contexts = list(test["question"]), list(test["candidate"]), list(test["context"])
+    data = {
+        "questions": list(test["question"]),
+        "candidates": list(test["candidate"]),
+        "contexts": list(test["context"]),
+    }
+    data["pairs"] = [[q, c] for q, c in zip(data["questions"], data["candidates"])]
+    if "contextual" in folders:
+        tokenizer = AutoTokenizer.from_pretrained(folders["contextual"])
+        data["context_pairs"] = [
+            [q, context_text_pair(tokenizer, c, x) if x else c]
+            for q, c, x in zip(data["questions"], data["candidates"], data["contexts"])
+        ]
     question_ids, labels = list(test["question_id"]), list(test["label"])
-    pairs = [[q, c] for q, c in zip(questions, candidates)]
-
-    model = AutoModelForSequenceClassification.from_pretrained(folder, trust_remote_code=True)
-    tokenizer = AutoTokenizer.from_pretrained(folder, trust_remote_code=True)
-    contextual = bool(getattr(model.config, "contextual", False))
-    cross_encoder = CrossEncoder(folder, trust_remote_code=True, max_length=args.max_length, device="cpu")
-    context_pairs = None
-    if contextual:
-        context_pairs = [[q, context_text_pair(tokenizer, c, x)] for q, c, x in zip(questions, candidates, contexts)]
+    num_pairs = len(question_ids)
 
     report = {
         "benchmark": "ranking_throughput",
         "date": now_iso(),
         "machine": machine_info(),
         "settings": {
-            "model_dir": folder,
+            "models": {kind: str(source) for kind, source in sources.items()},
             "trained": trained,
-            "model_class": type(model).__name__,
-            "contextual_model": contextual,
-            "type_vocab_size": model.config.type_vocab_size,
-            "num_pairs": len(pairs),
+            "num_pairs": num_pairs,
             "num_questions": len(set(question_ids)),
-            "batch_sizes": args.batch_sizes,
-            "repeats": args.repeats,
-            "warmup": "one full call per system before timing",
-            "timing": "best of repeats, end to end from texts (tokenization included), systems interleaved",
-            "threads": args.threads,
+            "batch_size": args.batch_size,
             "max_length": args.max_length,
-            "cross_encoder_model_class": type(cross_encoder.transformers_model).__name__,
+            "threads": args.threads,
+            "repeats": args.repeats,
+            "warmup": "each system scores the first 128 pairs once before timing",
+            "timing": "best of repeats, end to end from texts (tokenization included), systems interleaved",
+            "peer_graphs": "torch.onnx.export(dynamo=False, eager attention, opset 17) of the stock class; int8: "
+            "quantize_dynamic(weight_type=QInt8), per-tensor",
+            "as2hub_graphs": "as2hub-export-onnx --quantize int8 (per-channel QInt8 weights)",
+            "crossencoder_onnx": "optimum.onnxruntime available" if optimum_available() else "left out: no optimum",
         },
+        "busy_processes_at_start": busy_processes(),
         "runs": [],
         "checks": {},
     }
+    if args.map_only:
+        return map_only(args, report, folders, data, question_ids, labels)
+    report["waited_for_quiet_cpu"] = (
+        None if args.no_wait else wait_until_quiet(max_wait_seconds=args.max_wait_minutes * 60)
+    )
 
     table = []
-    for batch_size in args.batch_sizes:
-        ranker = Ranker(model, tokenizer, max_length=args.max_length, batch_size=batch_size)
-        systems = make_systems(ranker, cross_encoder, batch_size, questions, candidates, contexts, pairs, context_pairs)
-        outputs, times = {}, {name: [] for name in systems}
-        for name, fn in systems.items():  # warm-up
-            outputs[name] = np.asarray(fn(), dtype=np.float64)
-        for _ in range(args.repeats):  # interleaved, so a load spike from another process hits every system
-            for name, fn in systems.items():
-                elapsed, _ = timed(fn, 1)
-                times[name] += elapsed
-        rate = {name: len(pairs) / min(t) for name, t in times.items()}
-        for name in systems:
-            report["runs"].append(
-                {
-                    "system": name,
-                    "batch_size": batch_size,
-                    "times_s": times[name],
-                    "best_s": min(times[name]),
-                    "pairs_per_s": rate[name],
-                    "test_map": compute_as2_metrics(question_ids, outputs[name], labels, k_values=())["map"],
-                }
-            )
-        ratio = rate["as2hub Ranker (pairwise)"] / rate["CrossEncoder (pairwise)"]
-        diff = np.abs(outputs["as2hub Ranker (pairwise)"] - outputs["CrossEncoder (pairwise)"])
-        checks = {
-            "ratio_as2hub_over_crossencoder_pairwise": ratio,
-            "pairwise_allclose": bool(
-                np.allclose(
-                    outputs["as2hub Ranker (pairwise)"], outputs["CrossEncoder (pairwise)"], atol=args.atol, rtol=0
+    for threads in args.threads:
+        torch.set_num_threads(threads)
+        systems = {}
+        for kind in [k for k in ("pairwise", "contextual") if k in folders]:
+            for name, (library, fn) in make_systems(kind, folders, data, args, threads).items():
+                systems[(kind, name)] = (library, fn)
+        sub = slice(0, min(128, num_pairs))
+        for key in systems:  # warm-up on a slice: sessions, allocators, caches
+            _warm_slice(key, systems, data, sub)
+        load = {"start": list(os.getloadavg())}
+        times = {key: [] for key in systems}
+        outputs = {}
+        for repeat in range(args.repeats):
+            for key, (_, fn) in systems.items():
+                gc.collect()
+                start = time.perf_counter()
+                scores = fn()
+                times[key].append(time.perf_counter() - start)
+                outputs.setdefault(key, np.asarray(scores, dtype=np.float64))
+                logger.info(
+                    "%d thread(s), repeat %d, %s / %s: %.1f pairs/s (load %.1f)",
+                    threads,
+                    repeat + 1,
+                    *key,
+                    num_pairs / times[key][-1],
+                    os.getloadavg()[0],
                 )
-            ),
-            "pairwise_max_abs_diff": float(diff.max()),
-            "atol": args.atol,
-        }
-        if contextual:
-            ctx_diff = np.abs(
-                outputs["as2hub Ranker (contextual)"] - outputs["CrossEncoder (contextual via text_pair)"]
-            )
-            checks["contextual_text_pair_allclose"] = bool(ctx_diff.max() <= args.atol)
-            checks["contextual_text_pair_max_abs_diff"] = float(ctx_diff.max())
-            checks["ratio_as2hub_contextual_over_crossencoder_pairwise"] = (
-                rate["as2hub Ranker (contextual)"] / rate["CrossEncoder (pairwise)"]
-            )
-        report["checks"][f"batch_size_{batch_size}"] = checks
-        for name in systems:
-            run = next(r for r in report["runs"] if r["system"] == name and r["batch_size"] == batch_size)
-            vs = rate[name] / rate["CrossEncoder (pairwise)"]
-            table.append(
-                [name, batch_size, f"{run['pairs_per_s']:.1f}", f"{run['best_s']:.2f}", f"{vs:.2f}x", run["test_map"]]
-            )
-        logger.info("batch %d: %s", batch_size, checks)
+        load["end"] = list(os.getloadavg())
+        for kind in [k for k in ("pairwise", "contextual") if k in folders]:
+            keys = [key for key in systems if key[0] == kind]
+            rate = {key: num_pairs / min(times[key]) for key in keys}
+            ce_keys = [key for key in keys if systems[key][0] == "sentence-transformers"]
+            best_ce = max(ce_keys, key=rate.get)
+            ce_torch = (kind, "CrossEncoder torch")
+            maps = {key: compute_as2_metrics(question_ids, outputs[key], labels, k_values=())["map"] for key in keys}
+            torch_key = (kind, "as2hub torch")
+            for key in keys:
+                run = {
+                    "model": kind,
+                    "system": key[1],
+                    "library": systems[key][0],
+                    "threads": threads,
+                    "times_s": times[key],
+                    "best_s": min(times[key]),
+                    "pairs_per_s": rate[key],
+                    "vs_best_crossencoder": rate[key] / rate[best_ce],
+                    "best_crossencoder": best_ce[1],
+                    "vs_crossencoder_torch_fp32": rate[key] / rate[ce_torch],
+                    "test_map": maps[key],
+                    "map_change_vs_as2hub_torch": maps[key] - maps[torch_key],
+                    "max_abs_score_diff_vs_as2hub_torch": float(np.abs(outputs[key] - outputs[torch_key]).max()),
+                    "load_average": load,
+                }
+                report["runs"].append(run)
+                table.append(
+                    [
+                        kind,
+                        key[1],
+                        threads,
+                        f"{rate[key]:.1f}",
+                        f"{run['vs_best_crossencoder']:.2f}x",
+                        f"{run['vs_crossencoder_torch_fp32']:.2f}x",
+                        f"{maps[key]:.4f}",
+                        f"{run['map_change_vs_as2hub_torch']:+.4f}",
+                        f"{run['max_abs_score_diff_vs_as2hub_torch']:.1e}",
+                    ]
+                )
+            report["checks"][f"{kind}_threads_{threads}"] = {
+                "onnx_fp32_max_abs_diff_vs_torch": float(
+                    np.abs(outputs[(kind, "as2hub ONNX")] - outputs[torch_key]).max()
+                ),
+                "int8_map_change": maps[(kind, "as2hub ONNX int8")] - maps[torch_key],
+                "crossencoder_torch_max_abs_diff_vs_as2hub_torch": float(
+                    np.abs(outputs[ce_torch] - outputs[torch_key]).max()
+                ),
+                "as2hub_int8_vs_best_crossencoder": rate[(kind, "as2hub ONNX int8")] / rate[best_ce],
+                "as2hub_int8_vs_crossencoder_torch_fp32": rate[(kind, "as2hub ONNX int8")] / rate[ce_torch],
+                "load_average": load,
+            }
+        logger.info("threads %d: %s", threads, {k: v for k, v in report["checks"].items() if k.endswith(f"_{threads}")})
         write_json(args.results, report)
+        del systems
+        gc.collect()
 
     report["load_average_at_end"] = list(os.getloadavg())
     report["date_finished"] = now_iso()
     write_json(args.results, report)
     print()
+    models = ", ".join(f"{kind}: {'trained' if done else 'untrained'}" for kind, done in trained.items())
     print(
-        f"Scoring {len(pairs)} clean WikiQA test pairs, {type(model).__name__} "
-        f"({'trained' if trained else 'untrained'}, {'contextual' if contextual else 'pairwise'}), "
-        f"{args.threads} threads, best of {args.repeats}"
+        f"Scoring {num_pairs} clean WikiQA test pairs end to end from texts, MiniLM-L6 ({models}), "
+        f"batch {args.batch_size}, best of {args.repeats}, systems interleaved"
     )
-    print(format_table(["system", "batch", "pairs/s", "best s", "vs CrossEncoder", "test MAP"], table))
-    for key, checks in report["checks"].items():
-        print(key, checks)
+    headers = ["model", "system", "threads", "pairs/s", "vs best CE", "vs CE torch", "MAP", "ΔMAP", "max |Δscore|"]
+    print(format_table(headers, table))
+    for threads in args.threads:
+        load = report["checks"][f"pairwise_threads_{threads}"]["load_average"]
+        print(
+            f"{threads} thread(s): load average (1, 5, 15 min) {load['start']} at the start, {load['end']} at the end"
+        )
     print(f"wrote {args.results}")
     return report
+
+
+def map_only(args, report, folders, data, question_ids, labels) -> dict:
+    """Score once with as2hub torch / ONNX / ONNX int8 per model: MAP, the int8 MAP change, the largest score change."""
+    from as2hub.metrics import compute_as2_metrics
+    from as2hub.modeling.ranking import Ranker
+
+    torch.set_num_threads(max(args.threads))
+    report["benchmark"] = "ranking_map_onnx_int8"
+    rows = []
+    for kind in [k for k in ("pairwise", "contextual") if k in folders]:
+        contexts = data["contexts"] if kind == "contextual" else None
+        scores = {}
+        for name, options in {
+            "as2hub torch": {},
+            "as2hub ONNX": {"backend": "onnx"},
+            "as2hub ONNX int8": {"backend": "onnx", "quantize": "int8"},
+        }.items():
+            ranker = Ranker.from_pretrained(
+                folders[kind], max_length=args.max_length, batch_size=args.batch_size, **options
+            )
+            scores[name] = (
+                ranker.score_pairs(data["questions"], data["candidates"], contexts).numpy().astype(np.float64)
+            )
+        base = scores["as2hub torch"]
+        maps = {name: compute_as2_metrics(question_ids, s, labels, k_values=())["map"] for name, s in scores.items()}
+        for name, s in scores.items():
+            change, diff = maps[name] - maps["as2hub torch"], float(np.abs(s - base).max())
+            report["runs"].append(
+                {
+                    "model": kind,
+                    "system": name,
+                    "test_map": maps[name],
+                    "map_change": change,
+                    "max_abs_score_diff": diff,
+                }
+            )
+            rows.append([kind, name, f"{maps[name]:.4f}", f"{change:+.4f}", f"{diff:.1e}"])
+        report["checks"][f"{kind}_int8_map_change"] = maps["as2hub ONNX int8"] - maps["as2hub torch"]
+    report["date_finished"] = now_iso()
+    write_json(args.results, report)
+    print(format_table(["model", "system", "MAP", "ΔMAP vs torch", "max |Δscore|"], rows))
+    print(f"wrote {args.results}")
+    return report
+
+
+def _warm_slice(key, systems, data, sub):
+    """Warm a system up on a slice of the pairs: swap the data lists for slices, call, restore."""
+    saved = {name: list(values) for name, values in data.items()}
+    try:
+        for name in data:
+            data[name][:] = saved[name][sub]  # the systems' closures hold these lists
+        systems[key][1]()
+    finally:
+        for name in data:
+            data[name][:] = saved[name]
 
 
 if __name__ == "__main__":

@@ -7,7 +7,9 @@ Example:
     [RankedCandidate(index=1, score=0.93, text='Shakespeare wrote it.'), RankedCandidate(index=0, ...)]
 
 Speed comes from tokenizing every text once in one fast-tokenizer call, sorting pairs by length so each batch pads
-little, padding each batch only to its own longest row, and running under ``torch.inference_mode``.
+little, padding each batch only to its own longest row, and running under ``torch.inference_mode``. On CPU,
+``Ranker.from_pretrained(path, backend="onnx", quantize="int8")`` runs the same batches through ONNX Runtime (see
+:mod:`as2hub.modeling.onnx_backend`).
 
 With a ``pipeline("text-classification", model=folder, trust_remote_code=True)`` pass the context inside the pair::
 
@@ -48,12 +50,47 @@ class Ranker:
         self.max_length = max_length
         self.batch_size = batch_size
         self.layout = SegmentLayout.from_tokenizer(tokenizer)
+        # torch pads to a multiple of 8; the ONNX backend pads exactly (it sets this attribute to None)
+        self.pad_to_multiple_of = getattr(model, "pad_to_multiple_of", 8)
         self.contextual = bool(getattr(model.config, "contextual", False))
         self.layout.check_max_length(max_length, 3 if self.contextual else 2)
 
     @classmethod
-    def from_pretrained(cls, path: str, trust_remote_code: bool = True, **kwargs) -> "Ranker":
-        model = AutoModelForSequenceClassification.from_pretrained(path, trust_remote_code=trust_remote_code)
+    def from_pretrained(
+        cls,
+        path: str,
+        trust_remote_code: bool = True,
+        backend: str = "torch",
+        quantize: str | None = None,
+        num_threads: int | None = None,
+        **kwargs,
+    ) -> "Ranker":
+        """Load a saved ranker; ``backend="onnx"`` scores with ONNX Runtime (``pip install "as2hub[onnx]"``).
+
+        ``backend="onnx"`` runs ``onnx/model.onnx`` (``quantize="int8"``: ``onnx/model_qint8_dynamic.onnx``) written by
+        ``as2hub-export-onnx PATH [--quantize int8]``, with ``num_threads`` intra-op threads (default: one per physical
+        core); the graph must come from the folder's current weights. The torch backend uses ``torch.set_num_threads``.
+        Other keyword arguments (``max_length``, ``batch_size``) go to :class:`Ranker`.
+
+        Example:
+            >>> ranker = Ranker.from_pretrained("path/to/ranker", backend="onnx", quantize="int8", num_threads=1)  # doctest: +SKIP
+        """
+        if backend == "onnx":
+            from .onnx_backend import OnnxRankerModel
+
+            model = OnnxRankerModel.from_pretrained(
+                path, quantize=quantize, num_threads=num_threads, trust_remote_code=trust_remote_code
+            )
+            path = model.graph_path.parent.parent  # a Hub id resolves to its downloaded folder
+        elif backend == "torch":
+            if quantize is not None or num_threads is not None:
+                raise ValueError(
+                    "quantize and num_threads are options of backend='onnx'; "
+                    "for torch use torch.set_num_threads (and torch.ao.quantization)"
+                )
+            model = AutoModelForSequenceClassification.from_pretrained(path, trust_remote_code=trust_remote_code)
+        else:
+            raise ValueError(f"backend must be 'torch' or 'onnx', got {backend!r}")
         return cls(model, AutoTokenizer.from_pretrained(path), **kwargs)
 
     def _tokens(self, texts: list[str]) -> list[list[int]]:
@@ -79,7 +116,7 @@ class Ranker:
         device = self.model.device
         for start in range(0, len(order), self.batch_size):
             chunk = order[start : start + self.batch_size]
-            batch = pad_batch([rows[i] for i in chunk], self.layout.pad_token_id)
+            batch = pad_batch([rows[i] for i in chunk], self.layout.pad_token_id, self.pad_to_multiple_of)
             logits = self.model(**{k: v.to(device) for k, v in batch.items()}).logits.float()
             scores[chunk] = self.model.logits_to_scores(logits).cpu()
         return scores

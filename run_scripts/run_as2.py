@@ -12,6 +12,7 @@ Any ``TrainingArguments`` flag works. Examples::
 
 The output folder is Hub-ready (config with auto_map, remote code, safetensors, tokenizer, model card) and holds
 ``test_results.json`` and ``test_predictions.jsonl`` (every test question with its candidates ranked).
+``--export_onnx [--onnx_quantize int8]`` also writes ``onnx/model.onnx`` (and the int8 graph) for fast CPU ranking.
 """
 
 import logging
@@ -91,6 +92,27 @@ class DataArguments:
     early_stopping_patience: int = field(default=5, metadata={"help": "Evaluations without a better dev MAP."})
     max_train_samples: int | None = None
     max_eval_samples: int | None = None
+
+
+@dataclass
+class ExportArguments:
+    export_onnx: bool = field(
+        default=False,
+        metadata={"help": "After saving, write onnx/model.onnx for ONNX Runtime (needs pip install 'as2hub[onnx]')."},
+    )
+    onnx_quantize: str | None = field(
+        default=None, metadata={"help": "With --export_onnx: also write a quantized graph ('int8')."}
+    )
+
+    def __post_init__(self):
+        if self.onnx_quantize is not None and not self.export_onnx:
+            raise ValueError("--onnx_quantize needs --export_onnx")
+        if self.export_onnx:  # fail before training, not after
+            from as2hub.modeling.onnx_backend import QUANTIZE_CHOICES, require_onnx
+
+            if self.onnx_quantize not in (None, *QUANTIZE_CHOICES):
+                raise ValueError(f"--onnx_quantize must be one of {QUANTIZE_CHOICES}, got {self.onnx_quantize!r}")
+            require_onnx(quantize=True)
 
 
 PAPER_WARMUP_STEPS = 1000
@@ -214,8 +236,8 @@ def add_lora(model, model_args: ModelArguments):
 
 
 def main(argv: list[str] | None = None) -> dict:
-    parser = HfArgumentParser((ModelArguments, DataArguments, AS2TrainingArguments))
-    model_args, data_args, training_args = parser.parse_args_into_dataclasses(args=argv)
+    parser = HfArgumentParser((ModelArguments, DataArguments, AS2TrainingArguments, ExportArguments))
+    model_args, data_args, training_args, export_args = parser.parse_args_into_dataclasses(args=argv)
     setup_logging()
     set_seed(training_args.seed)
 
@@ -277,6 +299,10 @@ def main(argv: list[str] | None = None) -> dict:
     if trainer.is_world_process_zero():
         save_hub_folder(trainer.model, tokenizer, training_args.output_dir, model_args, data_args, results)
         write_json_atomic(f"{training_args.output_dir}/all_results.json", results)
+        if export_args.export_onnx:
+            from as2hub.modeling.onnx_backend import export_onnx
+
+            export_onnx(training_args.output_dir, quantize=export_args.onnx_quantize)
     return results
 
 
