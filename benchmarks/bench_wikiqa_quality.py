@@ -178,6 +178,7 @@ def run_as2hub(args, model_path: str, output_dir: Path, pairwise: bool) -> tuple
         "--seed", str(args.seed),
         "--max_length", str(args.max_length),
         "--token_type_init", "scratch",
+        "--warmup_steps", "0",  # as the peer and the recorded runs (run_as2's own default is the papers' warmup)
         "--disable_tqdm", "True",
     ]  # fmt: skip
     if args.max_train_samples:

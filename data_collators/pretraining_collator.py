@@ -34,13 +34,15 @@ DEFAULT_MAX_LENGTHS = {"ssp": 128, "sp": 256, "psd": 256, "sdc": 128, "dpc": 128
 
 
 def default_max_length(objective: str) -> int:
-    """Default ``max_length`` of a pre-training objective (``ssp``, ``sp``, ``psd``, ``sdc``, ``dpc``, ``dslc``).
+    """Default ``max_length`` of a pre-training objective (``ssp``, ``sp``, ``psd``, ``sdc``, ``dpc``, ``dslc``, the
+    mixes ``all`` and ``all_pairs``, and their ``mlm_`` ablations).
 
-    >>> default_max_length("SP"), default_max_length("ssp"), default_max_length("dpc")
-    (256, 128, 128)
+    >>> default_max_length("SP"), default_max_length("ssp"), default_max_length("dpc"), default_max_length("all_pairs")
+    (256, 128, 128, 128)
     """
     name = objective.lower().removeprefix("mlm_")
-    name = {"mlm": "triplet", "all": "triplet", "all_pairs": "sp"}.get(name, name)  # mixes: their longest member
+    # The mixes run "with the same setting as SSP" (Di Liello et al., 2022, section 5): 128 tokens.
+    name = {"mlm": "triplet", "all": "triplet", "all_pairs": "ssp"}.get(name, name)
     try:
         return DEFAULT_MAX_LENGTHS[name]
     except KeyError:

@@ -69,6 +69,6 @@ def train_tokenizer(texts: Iterable[str], style: str = "roberta", vocab_size: in
         )
         extra = {}
         input_names = ["input_ids", "token_type_ids", "attention_mask"]
-    tokenizer = PreTrainedTokenizerFast(tokenizer_object=backend, **specials, **extra)
-    tokenizer.model_input_names = input_names
-    return tokenizer
+    # Passed to the constructor (not set afterwards) so that it is saved: a reloaded BERT-style tokenizer returns
+    # token_type_ids as BERT's own does, and pipelines pass them on.
+    return PreTrainedTokenizerFast(tokenizer_object=backend, model_input_names=input_names, **specials, **extra)

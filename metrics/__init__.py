@@ -1,4 +1,4 @@
-"""AS2 ranking metrics (MAP, MRR, P@1, hit@k, nDCG@k).
+"""AS2 ranking metrics (MAP, MRR, P@1, hit@k, nDCG@k), and random / BM25 reference rankings.
 
 ``METRIC_PATH`` is the absolute path of the self-contained ``evaluate`` metric script, so
 ``evaluate.load(METRIC_PATH)`` works offline (a local file never touches the Hub).
@@ -7,7 +7,17 @@
 from pathlib import Path
 
 from .as2_ranking import DEFAULT_K_VALUES, AS2Ranking, compute_as2_metrics, make_compute_metrics
+from .baselines import bm25_scores, expected_random_metrics, random_scores
 
 METRIC_PATH: str = str(Path(__file__).resolve().parent / "as2_ranking.py")
 
-__all__ = ["AS2Ranking", "DEFAULT_K_VALUES", "METRIC_PATH", "compute_as2_metrics", "make_compute_metrics"]
+__all__ = [
+    "AS2Ranking",
+    "DEFAULT_K_VALUES",
+    "METRIC_PATH",
+    "bm25_scores",
+    "compute_as2_metrics",
+    "expected_random_metrics",
+    "make_compute_metrics",
+    "random_scores",
+]

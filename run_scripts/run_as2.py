@@ -15,10 +15,10 @@ The output folder is Hub-ready (config with auto_map, remote code, safetensors, 
 """
 
 import logging
+import math
 import sys
 from dataclasses import dataclass, field
 
-import transformers
 from transformers import (
     AutoConfig,
     AutoTokenizer,
@@ -33,6 +33,7 @@ from as2hub.data_collators import ContextualAS2Collator, tokenize_as2
 from as2hub.metrics import make_compute_metrics
 from as2hub.modeling import CONTEXTUAL_MODELS, ContextualRobertaConfig, RobertaForContextualAS2, backbone_of
 from as2hub.run_scripts.as2_datasets import load_splits
+from as2hub.run_scripts.common import CPUFriendlyArguments, load_checkpoint, setup_logging
 from as2hub.run_scripts.outputs import save_hub_folder, write_json_atomic, write_ranked_predictions
 from as2hub.run_scripts.tiny_defaults import TINY_ROBERTA, embedded_tokenizer
 
@@ -45,13 +46,25 @@ class ModelArguments:
         default=None, metadata={"help": "Checkpoint (Hub id or folder) of a RoBERTa, ELECTRA or BERT-family model."}
     )
     config_name: str | None = field(
-        default=None, metadata={"help": "Config to build a model from scratch (needs --tokenizer_name)."}
+        default=None,
+        metadata={"help": "Config to build a model from scratch (tokenizer: --tokenizer_name, else this folder's)."},
     )
     tokenizer_name: str | None = field(default=None, metadata={"help": "Defaults to the model's."})
-    contextual: bool = field(default=True, metadata={"help": "Three segments: question, candidate, context."})
+    contextual: bool | None = field(
+        default=None,
+        metadata={
+            "help": "Three segments: question, candidate, context. Default: contextual when the training data has "
+            "contexts (a `context` column, or `document_id` + `position`), pairwise otherwise."
+        },
+    )
     pairwise: bool = field(default=False, metadata={"help": "The paper's baseline: (question, candidate) only."})
     token_type_init: str = field(
-        default="scratch", metadata={"help": "Init of grown token-type rows: 'scratch' or 'copy'."}
+        default="scratch",
+        metadata={
+            "help": "Init of the token-type table when a checkpoint's is grown to 3 rows: 'scratch' (keep the "
+            "pretrained rows, draw the new one), 'copy' (new rows copy the last pretrained row) or 'scratch_all' "
+            "(draw the whole table anew)."
+        },
     )
     use_lora: bool = field(default=False, metadata={"help": "Fine-tune LoRA adapters (PEFT) instead of all weights."})
     lora_r: int = 8
@@ -80,9 +93,15 @@ class DataArguments:
     max_eval_samples: int | None = None
 
 
+PAPER_WARMUP_STEPS = 1000
+SHORT_RUN_WARMUP_RATIO = 0.1
+
+
 @dataclass
-class AS2TrainingArguments(TrainingArguments):
-    """TrainingArguments with the paper's fine-tuning defaults (no weight decay, clip 1.0, select on dev MAP)."""
+class AS2TrainingArguments(CPUFriendlyArguments, TrainingArguments):
+    """TrainingArguments with the papers' fine-tuning defaults: linear warmup then linear decay (the "triangular"
+    schedule) with 1,000 warmup steps, or 10% of the run when it is shorter than 10,000 steps; no weight decay; clip
+    1.0; best checkpoint by dev MAP."""
 
     output_dir: str | None = field(default="outputs/as2")
     eval_strategy: str = field(default="epoch")
@@ -98,6 +117,24 @@ class AS2TrainingArguments(TrainingArguments):
     # The collator reads token columns the model's forward does not name; Trainer must not drop them.
     remove_unused_columns: bool = field(default=False)
     max_grad_norm: float = field(default=1.0)
+    warmup_steps: float | None = field(
+        default=None,
+        metadata={
+            "help": "Linear warmup steps (>= 1) or ratio (< 1). Default: the papers' 1,000 steps (WikiQA), capped at "
+            "10% of the run for runs shorter than 10,000 steps."
+        },
+    )
+
+    def __post_init__(self):
+        self.paper_warmup = self.warmup_steps is None
+        if self.paper_warmup:
+            self.warmup_steps = PAPER_WARMUP_STEPS
+        super().__post_init__()
+
+    def get_warmup_steps(self, num_training_steps: int) -> int:
+        if self.paper_warmup:
+            return min(PAPER_WARMUP_STEPS, math.ceil(SHORT_RUN_WARMUP_RATIO * num_training_steps))
+        return super().get_warmup_steps(num_training_steps)
 
 
 def load_model(model_args: ModelArguments, tokenizer, contextual: bool):
@@ -114,23 +151,50 @@ def load_model(model_args: ModelArguments, tokenizer, contextual: bool):
         "pad_token_id": tokenizer.pad_token_id,
     }
     if model_args.model_name_or_path:
-        return model_class.from_pretrained(model_args.model_name_or_path, **overrides)
+        return load_checkpoint(model_class, model_args.model_name_or_path, **overrides)
+    # From scratch: a stock config keeps its 1- or 2-row token-type table; the model grows it on construction.
     config = config_class.from_pretrained(model_args.config_name, vocab_size=len(tokenizer), **overrides)
     return model_class(config)
 
 
-def tiny_default(model_args: ModelArguments):
-    """No checkpoint given: a tiny RoBERTa from scratch with a tokenizer trained on the embedded corpus."""
+def tiny_default(contextual: bool):
+    """No checkpoint given: a tiny RoBERTa from scratch with a tokenizer trained on the embedded corpus.
+
+    Contextual: three segment ids; pairwise: none (one row), as the paper's RoBERTa pairwise baseline.
+    """
     logger.warning("no --model_name_or_path: training a tiny RoBERTa from scratch (a demo, not a useful ranker)")
     tokenizer = embedded_tokenizer("roberta")
     config = ContextualRobertaConfig(
         vocab_size=len(tokenizer),
-        contextual=model_args.contextual and not model_args.pairwise,
+        contextual=contextual,
+        type_vocab_size=3 if contextual else 1,
         sep_token_id=tokenizer.sep_token_id,
         pad_token_id=tokenizer.pad_token_id,
         **TINY_ROBERTA,
     )
     return RobertaForContextualAS2(config), tokenizer
+
+
+def choose_contextual(model_args: ModelArguments, train) -> bool:
+    """Contextual unless asked otherwise or the training data has no context (then pairwise, said at the start)."""
+    if model_args.pairwise:
+        return False
+    has_context = any(train.dataset["context"])
+    if model_args.contextual is None:
+        if not has_context:
+            logger.warning(
+                "%s has no context (no `context` column, nor `document_id` + `position`): training the pairwise "
+                "model (question, candidate). Pass --contextual true to train a contextual model on empty contexts.",
+                train.source,
+            )
+        return has_context
+    if model_args.contextual and not has_context:
+        logger.warning(
+            "%s has no context (no `context` column, nor `document_id` + `position`): the contextual model is "
+            "trained on empty contexts, so its context segment learns nothing; --pairwise is the paper's baseline.",
+            train.source,
+        )
+    return model_args.contextual
 
 
 def add_lora(model, model_args: ModelArguments):
@@ -152,18 +216,19 @@ def add_lora(model, model_args: ModelArguments):
 def main(argv: list[str] | None = None) -> dict:
     parser = HfArgumentParser((ModelArguments, DataArguments, AS2TrainingArguments))
     model_args, data_args, training_args = parser.parse_args_into_dataclasses(args=argv)
-    logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
-    transformers.utils.logging.set_verbosity_warning()
-    contextual = model_args.contextual and not model_args.pairwise
+    setup_logging()
     set_seed(training_args.seed)
 
     # Read and validate every split before anything is written.
     splits = load_splits(data_args)
+    contextual = choose_contextual(model_args, splits["train"])
     if model_args.model_name_or_path or model_args.config_name:
-        tokenizer = AutoTokenizer.from_pretrained(model_args.tokenizer_name or model_args.model_name_or_path)
+        tokenizer = AutoTokenizer.from_pretrained(
+            model_args.tokenizer_name or model_args.model_name_or_path or model_args.config_name
+        )
         model = load_model(model_args, tokenizer, contextual)
     else:
-        model, tokenizer = tiny_default(model_args)
+        model, tokenizer = tiny_default(contextual)
     collator = ContextualAS2Collator(
         tokenizer, max_length=data_args.max_length, contextual=contextual, num_token_types=model.config.type_vocab_size
     )

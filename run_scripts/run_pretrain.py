@@ -20,13 +20,13 @@ ranks); ``--materialize`` generates them once with ``datasets.map`` (``--save_ex
 A held-out slice of the documents gives the evaluation set: MLM loss and sentence-level accuracy / AUC.
 """
 
+import functools
 import logging
 import sys
 from dataclasses import dataclass, field
 
 import datasets
-import transformers
-from transformers import AutoTokenizer, HfArgumentParser, TrainingArguments, set_seed
+from transformers import AutoTokenizer, HfArgumentParser, PretrainedConfig, TrainingArguments, set_seed
 
 from as2hub.data_collators import (
     OBJECTIVES,
@@ -40,6 +40,7 @@ from as2hub.data_collators import (
 )
 from as2hub.hub_cards import render_pretraining_card
 from as2hub.modeling import SSP_MODELS
+from as2hub.run_scripts.common import CPUFriendlyArguments, load_checkpoint, setup_logging
 from as2hub.run_scripts.outputs import write_json_atomic, write_text_atomic
 from as2hub.run_scripts.ssp_trainer import SSPTrainer
 from as2hub.run_scripts.tiny_defaults import TINY_ROBERTA, train_corpus_tokenizer
@@ -62,7 +63,14 @@ class PretrainModelArguments:
     mlm_weight: float = 1.0
     cls_weight: float = 1.0
     rtd_weight: float = 50.0
-    token_type_init: str = field(default="scratch", metadata={"help": "Init of grown token-type rows."})
+    token_type_init: str = field(
+        default="scratch_all",
+        metadata={
+            "help": "Init of the token-type table when a checkpoint's is grown for triplets (3 segments): "
+            "'scratch_all' (the whole table drawn anew, as the paper's continued pre-training), 'scratch' (keep the "
+            "pretrained rows, draw the new ones) or 'copy' (new rows copy the last pretrained row)."
+        },
+    )
     tokenizer_vocab_size: int = field(default=4000, metadata={"help": "Vocab of a tokenizer trained from scratch."})
 
 
@@ -92,7 +100,7 @@ class PretrainDataArguments:
 
 
 @dataclass
-class PretrainTrainingArguments(TrainingArguments):
+class PretrainTrainingArguments(CPUFriendlyArguments, TrainingArguments):
     """TrainingArguments whose defaults run the tiny demo in a few minutes on CPU."""
 
     output_dir: str | None = field(default="outputs/pretrain")
@@ -143,6 +151,10 @@ def split_documents(documents, fraction: float, seed: int):
     return split["train"], split["test"]
 
 
+def _model_type(source: str) -> str | None:
+    return PretrainedConfig.get_config_dict(source)[0].get("model_type")
+
+
 def build_model(model_args: PretrainModelArguments, tokenizer, objective: str):
     """A ``*ForSSPPretraining`` model: continued from a checkpoint, from a config, or a tiny one from scratch."""
     if model_args.model_type not in SSP_MODELS:
@@ -161,14 +173,23 @@ def build_model(model_args: PretrainModelArguments, tokenizer, objective: str):
     if model_args.model_type == "electra":
         settings["rtd_weight"] = model_args.rtd_weight
     if model_args.model_name_or_path:
+        loader = None
         if model_args.model_type == "electra" and model_args.generator_name_or_path:
-            return model_class.from_discriminator_and_generator(
-                model_args.model_name_or_path, model_args.generator_name_or_path, **settings
+            loader = functools.partial(
+                model_class.from_discriminator_and_generator, generator=model_args.generator_name_or_path
             )
-        return model_class.from_pretrained(model_args.model_name_or_path, **settings)
+        elif model_args.model_type == "electra" and _model_type(model_args.model_name_or_path) != "ssp_electra":
+            logger.warning(
+                "no --generator_name_or_path: the generator is a new random one with %.2g of the discriminator's "
+                "width; the papers continue from the released generator",
+                model_args.generator_size_ratio,
+            )
+            settings["generator_size_ratio"] = model_args.generator_size_ratio
+        return load_checkpoint(model_class, model_args.model_name_or_path, loader=loader, **settings)
     if model_args.model_type == "electra":
         settings["generator_size_ratio"] = model_args.generator_size_ratio
     if model_args.config_name:
+        # A stock config keeps its 1- or 2-row token-type table; the model grows it to num_segments on construction.
         config = config_class.from_pretrained(model_args.config_name, vocab_size=len(tokenizer), **settings)
     else:
         logger.warning("no --model_name_or_path: pre-training a tiny %s from scratch", model_args.model_type)
@@ -179,8 +200,7 @@ def build_model(model_args: PretrainModelArguments, tokenizer, objective: str):
 def main(argv: list[str] | None = None) -> dict:
     parser = HfArgumentParser((PretrainModelArguments, PretrainDataArguments, PretrainTrainingArguments))
     model_args, data_args, training_args = parser.parse_args_into_dataclasses(args=argv)
-    logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
-    transformers.utils.logging.set_verbosity_warning()
+    setup_logging()
     if data_args.objective not in OBJECTIVES:
         raise SystemExit(f"unknown --objective {data_args.objective!r}: use one of {', '.join(OBJECTIVES)}")
     set_seed(training_args.seed)

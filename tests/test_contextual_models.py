@@ -120,9 +120,8 @@ def test_saved_folder_is_hub_ready(stock_checkpoint, tmp_path):
     assert shipped == {"configuration_contextual_as2.py", "modeling_contextual_as2.py", "hub_common.py"}
     for source in tmp_path.glob("*.py"):  # remote code imports only torch, transformers and its siblings
         imports = [line for line in source.read_text().splitlines() if line.startswith(("import ", "from "))]
-        assert all(
-            line.split()[1].split(".")[0] in {"torch", "transformers", "huggingface_hub", ""} for line in imports
-        )
+        allowed = {"torch", "transformers", "huggingface_hub", ""} | set(sys.stdlib_module_names)
+        assert all(line.split()[1].split(".")[0] in allowed for line in imports), source.name
 
 
 FRESH_PROCESS = textwrap.dedent(
@@ -143,7 +142,7 @@ FRESH_PROCESS = textwrap.dedent(
         pass
     cases = json.loads(sys.argv[1])
     report = {}
-    for folder in cases:
+    for folder, pairs in cases.items():
         batch = torch.load(f"{folder}/batch.pt")
         by_auto = {}
         for auto in (AutoModelForSequenceClassification, AutoModel):
@@ -152,51 +151,86 @@ FRESH_PROCESS = textwrap.dedent(
                 by_auto[auto.__name__] = model(**batch).logits.view(-1).tolist()
             assert "as2hub" not in type(model).__module__, type(model).__module__
         pipe = pipeline("text-classification", model=folder, trust_remote_code=True)
-        pipe_out = pipe({"text": "What is a generator?", "text_pair": "A function that yields values lazily, one at a time."})
-        ranked = CrossEncoder(folder, trust_remote_code=True).rank("What is a generator?", ["A function.", "Lazily."])
-        report[folder] = {"logits": by_auto, "pipeline": pipe_out, "crossencoder": [r["corpus_id"] for r in ranked]}
+        pipe_out = [pipe({"text": q, "text_pair": pair}) for q, pair in pairs]
+        pipe_out = [out[0] if isinstance(out, list) else out for out in pipe_out]
+        cross = CrossEncoder(folder, trust_remote_code=True)
+        predicted = cross.predict([tuple(pair) for pair in pairs]).tolist()
+        question = pairs[0][0]
+        ranked = cross.rank(question, [pair for q, pair in pairs if q == question])
+        report[folder] = {
+            "logits": by_auto,
+            "pipeline": pipe_out,
+            "crossencoder_predict": predicted,
+            "crossencoder_rank": [[r["corpus_id"], float(r["score"])] for r in ranked],
+        }
     print("REPORT" + json.dumps(report))
     """
 )
 
+QUESTION = "What is a generator?"
+CANDIDATES = [
+    ("A function that yields values lazily, one at a time.", "Iterators are objects. They have a next method."),
+    ("It is a kind of loop.", "Loops repeat a block of code."),
+    ("Generators are iterators built by yield.", ""),
+]
+
 
 @pytest.mark.slow
 def test_round_trip_in_a_fresh_process_without_as2hub(stock_checkpoint, tmp_path):
-    expected, folders = {}, []
+    """Saved folders load without as2hub; pipeline, CrossEncoder and Ranker give the same scores with contexts.
+
+    BERT-style tokenizers return pair ids (0 question, 1 everything after the first separator) and pipelines and
+    CrossEncoder pass them on: the context must still get segment 2, as in Ranker.
+    """
+    expected, cases = {}, {}
     for backbone in sorted(BACKBONES):
         model, tokenizer = load_contextual(stock_checkpoint(backbone), backbone)
         torch.manual_seed(1)
-        with torch.no_grad():  # move the head off its init so the check is not trivially about zeros
+        with torch.no_grad():  # move the head and the token-type rows off their init: segments must matter
             for parameter in model.parameters():
                 parameter.add_(0.02 * torch.randn_like(parameter))
+            model.base_model.embeddings.token_type_embeddings.weight[2].add_(0.5)
+            for name, parameter in model.named_parameters():  # spread the scores of a tiny random model
+                if name.endswith(("classifier.weight", "out_proj.weight")):
+                    parameter.mul_(50)
         folder = tmp_path / backbone
         model.save_pretrained(folder)
         tokenizer.save_pretrained(folder)
         batch = batch_for(tokenizer, model)
         batch.pop("labels")
         torch.save(batch, folder / "batch.pt")
+        pairs = [[QUESTION, context_text_pair(tokenizer, s, c) if c else s] for s, c in CANDIDATES]
+        for (_, text_pair), (s, c) in zip(pairs, CANDIDATES):  # the pair text tokenizes exactly as Ranker lays out
+            ranker_ids = Ranker(model, tokenizer).layout.build(
+                [tokenizer(t, add_special_tokens=False)["input_ids"] for t in (QUESTION, s, c)], 256
+            )[0]
+            assert tokenizer(QUESTION, text_pair)["input_ids"] == ranker_ids
         with torch.no_grad():
-            expected[str(folder)] = model(**batch).logits.view(-1).tolist()
-            pair = tokenizer(
-                "What is a generator?", "A function that yields values lazily, one at a time.", return_tensors="pt"
-            )
-            pair.pop("token_type_ids", None)
-            expected[str(folder) + ":pipe"] = model.score(**pair).item()
-        folders.append(str(folder))
+            expected[str(folder)] = {
+                "logits": model(**batch).logits.view(-1).tolist(),
+                "scores": Ranker(model, tokenizer)
+                .score_pairs([QUESTION] * len(CANDIDATES), *map(list, zip(*CANDIDATES)))
+                .tolist(),
+            }
+        cases[str(folder)] = pairs
     result = subprocess.run(
-        [sys.executable, "-c", FRESH_PROCESS, json.dumps(folders)], capture_output=True, text=True, timeout=300
+        [sys.executable, "-c", FRESH_PROCESS, json.dumps(cases)], capture_output=True, text=True, timeout=300
     )
     assert result.returncode == 0, result.stderr[-3000:]
     report = json.loads(result.stdout.split("REPORT", 1)[1])
-    for folder in folders:
+    for folder in cases:
+        backbone = folder.rsplit("/", 1)[-1]
         for auto_name, logits in report[folder]["logits"].items():
-            assert logits == pytest.approx(expected[folder], abs=1e-5), auto_name
-        (pipe,) = (
-            report[folder]["pipeline"] if isinstance(report[folder]["pipeline"], list) else [report[folder]["pipeline"]]
-        )
-        assert pipe["label"] == "correct"
-        assert pipe["score"] == pytest.approx(expected[folder + ":pipe"], abs=1e-5)
-        assert sorted(report[folder]["crossencoder"]) == [0, 1]
+            assert logits == pytest.approx(expected[folder]["logits"], abs=1e-5), (backbone, auto_name)
+        scores = expected[folder]["scores"]
+        assert len(set(round(score, 4) for score in scores)) == len(scores), "degenerate check: equal scores"
+        assert all(out["label"] == "correct" for out in report[folder]["pipeline"])
+        pipe_scores = [out["score"] for out in report[folder]["pipeline"]]
+        assert pipe_scores == pytest.approx(scores, abs=1e-5), (backbone, "pipeline")
+        assert report[folder]["crossencoder_predict"] == pytest.approx(scores, abs=1e-5), (backbone, "predict")
+        ranked = report[folder]["crossencoder_rank"]
+        assert [index for index, _ in ranked] == sorted(range(len(scores)), key=lambda i: -scores[i]), backbone
+        assert [score for _, score in ranked] == pytest.approx(sorted(scores, reverse=True), abs=1e-5), backbone
 
 
 def test_auto_classes_resolve_registered_types(stock_checkpoint, tmp_path):
@@ -259,3 +293,40 @@ def test_lora_trains_head_and_token_types_and_merges(stock_checkpoint, tmp_path)
         torch.testing.assert_close(reloaded(**batch).logits, expected)
         merged = reloaded.merge_and_unload()
         torch.testing.assert_close(merged(**batch).logits, expected, atol=1e-5, rtol=1e-4)
+
+
+@pytest.mark.parametrize("backbone", sorted(BACKBONES))
+def test_tokenizer_pair_ids_give_the_context_its_own_segment(stock_checkpoint, backbone):
+    """What pipelines and CrossEncoder send (BERT-style: 0 question, 1 the rest) scores as Ranker does."""
+    model, tokenizer = load_contextual(stock_checkpoint(backbone), backbone)
+    with torch.no_grad():
+        model.base_model.embeddings.token_type_embeddings.weight[2].add_(1.0)  # make segment 2 matter
+    q, s, c = EXAMPLES[0]
+    encoded = tokenizer(q, context_text_pair(tokenizer, s, c), return_tensors="pt")
+    assert ("token_type_ids" in encoded) == (backbone != "roberta")  # the tokenizers behave as the stock ones
+    assert model.score(**encoded).item() == pytest.approx(Ranker(model, tokenizer).score_pairs([q], [s], [c]).item())
+
+
+@pytest.mark.parametrize("backbone", sorted(BACKBONES))
+def test_a_stock_config_builds_the_three_row_table(stock_checkpoint, backbone):
+    """From scratch (config path): the table the model needs, not the stock config's 1 or 2 rows."""
+    config_class, model_class = CONTEXTUAL_MODELS[backbone]
+    config = config_class.from_pretrained(stock_checkpoint(backbone))
+    assert config.type_vocab_size == BACKBONES[backbone][3]  # the stock size, as loading a checkpoint needs
+    for model in (model_class(config), AutoModelForSequenceClassification.from_config(config)):
+        assert model.base_model.embeddings.token_type_embeddings.num_embeddings == 3
+        assert model.config.type_vocab_size == 3
+    pairwise = model_class(config_class.from_pretrained(stock_checkpoint(backbone), contextual=False))
+    assert pairwise.config.type_vocab_size == BACKBONES[backbone][3]  # the backbone's own design
+
+
+def test_scratch_all_draws_the_whole_table_anew(stock_checkpoint):
+    stock = BACKBONES["bert"][2].from_pretrained(stock_checkpoint("bert"))
+    old = stock.embeddings.token_type_embeddings.weight
+    model, _ = load_contextual(stock_checkpoint("bert"), "bert", token_type_init="scratch_all")
+    new = model.base_model.embeddings.token_type_embeddings.weight
+    assert new.shape[0] == 3
+    assert not torch.allclose(new[:2], old, atol=1e-3)
+    assert 0.005 < new.std().item() < 0.05
+    with pytest.raises(ValueError, match="token_type_init"):
+        CONTEXTUAL_MODELS["bert"][0](token_type_init="zeros")

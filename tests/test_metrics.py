@@ -323,3 +323,31 @@ def test_bad_input_raises_helpful_value_error(qids, scores, labels, pattern):
 def test_bad_k_values(k_values):
     with pytest.raises(ValueError, match="k_values must contain positive integers"):
         compute_as2_metrics(["a"], [0.1], [1], k_values=k_values)
+
+
+def test_bm25_matches_a_hand_computation():
+    from as2hub.metrics import bm25_scores
+
+    candidates = ["the cat sat", "a dog ran far away", "the cat and the dog"]
+    questions = ["cat dog"] * 3
+    # N = 3 distinct candidates, average length 13 / 3; df(cat) = 2, df(dog) = 2 -> idf = log(1 + 1.5 / 2.5).
+    idf = math.log(1 + 1.5 / 2.5)
+    k1, b, average = 1.2, 0.75, 13 / 3
+
+    def term(tf, length):
+        return idf * tf * (k1 + 1) / (tf + k1 * (1 - b + b * length / average))
+
+    expected = [term(1, 3), term(1, 5), term(1, 5) + term(1, 5)]
+    assert bm25_scores(questions, candidates) == pytest.approx(expected)
+
+
+def test_expected_random_metrics_match_the_closed_form():
+    from as2hub.metrics import expected_random_metrics
+
+    # One question, one correct among n: E[reciprocal rank] = E[AP] = H_n / n, P@1 = 1 / n.
+    n = 4
+    metrics = expected_random_metrics(["q"] * n, [1] + [0] * (n - 1), samples=4000)
+    harmonic = sum(1 / k for k in range(1, n + 1)) / n
+    assert metrics["map"] == pytest.approx(harmonic, abs=0.02)
+    assert metrics["mrr"] == pytest.approx(harmonic, abs=0.02)
+    assert metrics["p@1"] == pytest.approx(1 / n, abs=0.03)

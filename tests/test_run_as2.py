@@ -106,16 +106,26 @@ def test_bad_input_names_the_file_and_row_and_writes_nothing(stock_checkpoint, t
 
 @pytest.mark.slow
 def test_main_job_command_runs_on_the_embedded_default(tmp_path):
-    """`make demo` runs this module: pre-train, fine-tune, rank (here with a handful of steps)."""
+    """`make demo` runs this module: pre-train, fine-tune, rank, and end with a table of what was measured."""
     command = [sys.executable, "-m", "as2hub.run_scripts.demo", "--output_dir", str(tmp_path / "demo"),
                "--pretrain_steps", "4", "--finetune_epochs", "0.05"]  # fmt: skip
     result = subprocess.run(command, capture_output=True, text=True, timeout=900)
     assert result.returncode == 0, result.stderr[-3000:]
-    summary = json.loads(result.stdout[result.stdout.index("\n{\n") :])  # Trainer prints its logs before
-    assert summary["ranker_test"]["test_num_questions"] > 20
-    assert summary["pipeline_example"]["label"] == "correct"
-    ranked = summary["ranking_example"]["ranking"]
-    assert [r["score"] for r in ranked] == sorted((r["score"] for r in ranked), reverse=True)
+    summary = json.loads((tmp_path / "demo" / "demo_summary.json").read_text())
+    assert summary["ranker_test"]["test_num_questions"] == summary["test_questions"] > 20
+    assert set(summary["ranking"]) == {"random (expected)", "BM25 (word overlap)", "as2hub ranker"}
+    assert summary["ranking"]["as2hub ranker"]["map"] == pytest.approx(summary["ranker_test"]["test_map"])
+    assert summary["pretrain_before"]["before_cls_auc"] and summary["pretrain_eval"]["eval_cls_auc"]
+    assert len(summary["examples"]) == 3
+    for example in summary["examples"]:
+        scores = [item["score"] for item in example["ranking"]]
+        assert scores == sorted(scores, reverse=True) and any(item["correct"] for item in example["ranking"])
+    table = result.stdout[result.stdout.index("as2hub demo: what was measured") :]
+    for line in ("sentence task AUC", "BM25 (word overlap)", "as2hub ranker", "Q: "):
+        assert line in table
+    # Expected load messages are summarised, not dumped; no pin_memory warning on a CPU.
+    for noise in ("LOAD REPORT", "to instantiate a model of type", "pin_memory"):
+        assert noise not in result.stderr, noise
     assert (tmp_path / "demo" / "ranker" / "config.json").exists()
 
 
@@ -136,3 +146,52 @@ def test_run_as2_on_wikiqa_clean_test(stock_checkpoint, tmp_path):
     assert WIKIQA_DIR.is_dir()
     assert results["test"]["test_num_questions"] == 237  # the clean test set
     assert results["dev"]["eval_num_questions"] == 122
+
+
+@pytest.mark.parametrize("backbone", ["roberta", "bert"])
+def test_config_name_from_scratch_builds_three_segments(stock_checkpoint, tmp_path, backbone):
+    """--config_name with a stock config (1 or 2 token-type rows) trains a model with three segments."""
+    args = tiny_args(tmp_path, stock_checkpoint(backbone))
+    args[args.index("--model_name_or_path")] = "--config_name"
+    run_as2.main(args)
+    config = json.loads((tmp_path / "out" / "config.json").read_text())
+    assert config["type_vocab_size"] == 3 and config["contextual"] is True
+    model = AutoModelForSequenceClassification.from_pretrained(tmp_path / "out", trust_remote_code=True)
+    assert model.base_model.embeddings.token_type_embeddings.num_embeddings == 3
+
+
+@pytest.mark.parametrize("contextual", [True, False])
+def test_tiny_default_has_the_table_of_its_mode(contextual):
+    model, tokenizer = run_as2.tiny_default(contextual)
+    rows = model.base_model.embeddings.token_type_embeddings.num_embeddings
+    assert rows == model.config.type_vocab_size == (3 if contextual else 1)  # pairwise RoBERTa: no segment ids
+    collator = run_as2.ContextualAS2Collator(
+        tokenizer, max_length=64, contextual=contextual, num_token_types=model.config.type_vocab_size
+    )
+    batch = collator([{"question": "What is x?", "candidate": "x is a name.", "context": "Names are bound."}])
+    assert batch["token_type_ids"].max().item() == rows - 1
+
+
+def test_warmup_defaults_to_the_papers_1000_steps_or_a_tenth_of_a_short_run(tmp_path):
+    args = run_as2.AS2TrainingArguments(output_dir=str(tmp_path))
+    assert args.get_warmup_steps(50_000) == 1000 and args.get_warmup_steps(300) == 30
+    assert args.lr_scheduler_type == "linear"  # warmup then linear decay: the papers' triangular schedule
+    assert run_as2.AS2TrainingArguments(output_dir=str(tmp_path), warmup_steps=5).get_warmup_steps(300) == 5
+    assert run_as2.AS2TrainingArguments(output_dir=str(tmp_path), warmup_steps=0.5).get_warmup_steps(300) == 150
+    assert args.dataloader_pin_memory is False  # no accelerator here: nothing to pin for
+
+
+def test_data_without_context_trains_the_pairwise_model_and_says_so(stock_checkpoint, tmp_path, caplog):
+    rows = [{k: v for k, v in row.items() if k not in ("document_id", "position")} for row in as2_rows(repeat=2)]
+    args = tiny_args(tmp_path, stock_checkpoint("bert"))
+    for flag in ("--dataset", "--validation_file", "--test_file"):
+        args[args.index(flag) + 1] = write_jsonl(tmp_path / f"{flag[2:]}.jsonl", rows)
+    with caplog.at_level("WARNING"):
+        run_as2.main(args)
+    assert json.loads((tmp_path / "out" / "config.json").read_text())["contextual"] is False
+    assert any("has no context" in record.message and "pairwise" in record.message for record in caplog.records)
+    caplog.clear()
+    with caplog.at_level("WARNING"):
+        run_as2.main([*args, "--contextual", "true", "--output_dir", str(tmp_path / "forced")])
+    assert json.loads((tmp_path / "forced" / "config.json").read_text())["contextual"] is True
+    assert any("trained on empty contexts" in record.message for record in caplog.records)

@@ -125,3 +125,78 @@ def test_a_corpus_without_any_unit_of_the_objective_is_an_error_not_a_loop(tmp_p
         write_document(corpus / f"doc{index}.txt", paragraphs=3, sentences_per_paragraph=2)
     with pytest.raises(ValueError, match="produced no example from"):
         quick_pretrain(tmp_path, "--corpus", str(corpus), "--objective", "dslc")
+
+
+@pytest.fixture
+def electra_pair(tmp_path, tokenizers):
+    """Tiny stock ELECTRA checkpoints: a discriminator (ElectraForPreTraining) and a generator (ElectraForMaskedLM)."""
+    from transformers import ElectraConfig, ElectraForMaskedLM, ElectraForPreTraining
+
+    tokenizer = tokenizers["bert"]
+    common = {
+        "vocab_size": len(tokenizer),
+        "embedding_size": 16,
+        "max_position_embeddings": 136,
+        "num_hidden_layers": 2,
+    }
+    torch.manual_seed(0)
+    folders = {}
+    for name, model_class, width in (("disc", ElectraForPreTraining, 32), ("gen", ElectraForMaskedLM, 16)):
+        config = ElectraConfig(**common, hidden_size=width, num_attention_heads=2, intermediate_size=2 * width)
+        folders[name] = tmp_path / name
+        model_class(config).save_pretrained(folders[name])
+        tokenizer.save_pretrained(folders[name])
+    return folders
+
+
+def test_electra_continues_from_a_stock_generator_checkpoint(tmp_path, electra_pair):
+    """The README's ELECTRA command: the generator's weights are the generator checkpoint's."""
+    from transformers import ElectraForMaskedLM
+
+    args = ["--model_type", "electra", "--model_name_or_path", str(electra_pair["disc"]),
+            "--generator_name_or_path", str(electra_pair["gen"]), "--objective", "sdc"]  # fmt: skip
+    model_args = run_pretrain.HfArgumentParser(run_pretrain.PretrainModelArguments).parse_args_into_dataclasses(
+        args=args[:6]
+    )[0]
+    tokenizer = run_pretrain.AutoTokenizer.from_pretrained(electra_pair["disc"])
+    model = run_pretrain.build_model(model_args, tokenizer, "sdc")
+    generator = ElectraForMaskedLM.from_pretrained(electra_pair["gen"]).state_dict()
+    own = model.state_dict()
+    for key, value in generator.items():
+        if key.startswith("electra.encoder."):
+            torch.testing.assert_close(own[key.replace("electra.", "generator.", 1)], value, msg=key)
+        elif key.startswith("generator_predictions."):
+            torch.testing.assert_close(own[key], value, msg=key)
+    assert model.config.generator_config.hidden_size == 16
+    assert model.electra.embeddings.token_type_embeddings.num_embeddings == 3
+    assert model.generator.embeddings.token_type_embeddings is model.electra.embeddings.token_type_embeddings
+    out, _ = quick_pretrain(tmp_path, *args, "--max_steps", "2")
+    assert json.loads((out / "config.json").read_text())["generator_config"]["hidden_size"] == 16
+    assert (out / "discriminator" / "model.safetensors").exists()
+
+
+@pytest.mark.parametrize("model_type", ["roberta", "electra"])
+def test_config_name_from_scratch_builds_the_triplet_table(stock_checkpoint, tmp_path, model_type):
+    out, _ = quick_pretrain(
+        tmp_path, "--model_type", model_type, "--config_name", str(stock_checkpoint(model_type)),
+        "--tokenizer_name", str(stock_checkpoint(model_type)), "--objective", "dslc", "--max_steps", "1",
+    )  # fmt: skip
+    config = json.loads((out / "config.json").read_text())
+    assert config["type_vocab_size"] == 3
+    if model_type == "electra":
+        assert config["generator_config"]["type_vocab_size"] == 3
+
+
+def test_loading_a_pretraining_checkpoint_says_what_is_expected_in_one_line(tmp_path, capfd, caplog):
+    out, _ = quick_pretrain(tmp_path)
+    capfd.readouterr()
+    with caplog.at_level("INFO", logger="as2hub"):
+        run_as2.main(
+            ["--model_name_or_path", str(out), "--output_dir", str(tmp_path / "as2"), "--max_steps", "1",
+             "--max_length", "64", "--max_train_samples", "32", "--max_eval_samples", "32"]
+        )  # fmt: skip
+    err = capfd.readouterr().err
+    assert "LOAD REPORT" not in err and "to instantiate a model of type" not in err
+    (line,) = [r.message for r in caplog.records if r.message.startswith(f"loaded {out}")]
+    assert "ssp_roberta" in line and "lm_head.*" in line
+    assert not [r for r in caplog.records if "does not match" in r.message]

@@ -12,11 +12,19 @@ so segments can always be recovered from the separator positions: the segment of
 runs that end before it. Padding gets segment 0, like tokenizers pad ``token_type_ids``.
 """
 
+import contextlib
+import contextvars
+
 import torch
 from torch import nn
 
 POSITIVE_LABEL = "correct"
-TOKEN_TYPE_INITS = ("scratch", "copy")
+# "scratch": keep the pretrained rows, draw the new ones; "copy": new rows copy the last pretrained row;
+# "scratch_all": draw the whole grown table anew (the literal reading of Di Liello et al., 2023, appendix C).
+TOKEN_TYPE_INITS = ("scratch", "copy", "scratch_all")
+
+# Set while ``from_pretrained`` builds a model: the checkpoint's table is loaded at its own size, then grown.
+_LOADING_CHECKPOINT = contextvars.ContextVar("as2hub_loading_checkpoint", default=False)
 
 
 def infer_token_type_ids(
@@ -51,23 +59,27 @@ def infer_token_type_ids(
 def grow_token_type_embeddings(
     embeddings: nn.Embedding, new_size: int, init: str, initializer_range: float
 ) -> nn.Embedding:
-    """Return a token-type table with ``new_size`` rows that keeps the pretrained rows.
+    """Return a token-type table with ``new_size`` rows.
 
-    ``init="scratch"`` draws the new rows from normal(0, initializer_range) (the paper's choice); ``init="copy"``
-    copies the last pretrained row into each new one (for RoBERTa, the only row; for BERT/ELECTRA, the
-    second-segment row), which starts the context segment close to what the backbone has seen.
+    ``init="scratch"`` keeps the pretrained rows and draws the new ones from normal(0, initializer_range);
+    ``init="copy"`` keeps them and copies the last pretrained row into each new one (for RoBERTa, the only row; for
+    BERT/ELECTRA, the second-segment row), which starts the context segment close to what the backbone has seen;
+    ``init="scratch_all"`` draws every row anew ("we initialize the sentence embeddings layers ... from scratch, and
+    extend them to an input size of 3", Di Liello et al., 2023, appendix C).
     """
     old_size, dim = embeddings.weight.shape
     if new_size <= old_size:
         return embeddings
+    if init not in TOKEN_TYPE_INITS:
+        raise ValueError(f"unknown token_type_init {init!r}: use one of {TOKEN_TYPE_INITS}")
     grown = nn.Embedding(new_size, dim, device=embeddings.weight.device, dtype=embeddings.weight.dtype)
     grown.weight[:old_size] = embeddings.weight
-    if init == "scratch":
+    if init == "scratch_all":
+        grown.weight.normal_(mean=0.0, std=initializer_range)
+    elif init == "scratch":
         grown.weight[old_size:].normal_(mean=0.0, std=initializer_range)
-    elif init == "copy":
-        grown.weight[old_size:] = embeddings.weight[-1]
     else:
-        raise ValueError(f"unknown token_type_init {init!r}: use 'scratch' or 'copy'")
+        grown.weight[old_size:] = embeddings.weight[-1]
     return grown
 
 
@@ -94,7 +106,13 @@ def check_token_type_init_and_name_labels(config, kwargs: dict) -> None:
 
 
 class TokenTypeGrowthMixin:
-    """Loads any checkpoint of the backbone, grows its token-type table, and saves a complete ``auto_map``.
+    """Gives the token-type table the rows the model needs on every construction path, and saves a complete
+    ``auto_map``.
+
+    - ``from_pretrained(checkpoint)``: the checkpoint's table is loaded at its own size (a 1-row RoBERTa or 2-row
+      BERT/ELECTRA table does not mismatch), then grown to ``target_token_types()``;
+    - ``Model(config)`` / ``AutoModel.from_config(config)`` (from scratch, e.g. a stock config): the table is built,
+      then grown, so a stock config's 1 or 2 rows never silently collapse the segments.
 
     Subclasses set ``AUTO_CLASSES`` (the Auto classes besides AutoConfig that load them) and implement
     ``target_token_types()``: how many rows the table must have.
@@ -116,11 +134,16 @@ class TokenTypeGrowthMixin:
         )
         self.config.type_vocab_size = embeddings.token_type_embeddings.num_embeddings
 
+    def post_init(self):
+        super().post_init()
+        if not _LOADING_CHECKPOINT.get() and self.config.type_vocab_size < self.target_token_types():
+            self.grow_token_types()
+
     @classmethod
     def from_pretrained(cls, *args, **kwargs):
-        """Load a checkpoint with its own table size (a 1-row RoBERTa or 2-row BERT/ELECTRA table does not mismatch),
-        then grow the table to ``target_token_types()``."""
-        loaded = super().from_pretrained(*args, **kwargs)
+        """Load a checkpoint with its own table size, then grow the table to ``target_token_types()``."""
+        with _loading_checkpoint():
+            loaded = super().from_pretrained(*args, **kwargs)
         model = loaded[0] if isinstance(loaded, tuple) else loaded  # output_loading_info=True
         if model.config.type_vocab_size < model.target_token_types():
             model.grow_token_types()
@@ -135,3 +158,12 @@ class TokenTypeGrowthMixin:
             **{auto: f"{module}.{type(self).__name__}" for auto in self.AUTO_CLASSES},
         }
         return super().save_pretrained(save_directory, *args, **kwargs)
+
+
+@contextlib.contextmanager
+def _loading_checkpoint():
+    token = _LOADING_CHECKPOINT.set(True)
+    try:
+        yield
+    finally:
+        _LOADING_CHECKPOINT.reset(token)

@@ -63,15 +63,20 @@ class ContextualAS2Mixin(TokenTypeGrowthMixin):
     ) -> SequenceClassifierOutput:
         r"""
         token_type_ids (`torch.LongTensor` of shape `(batch_size, sequence_length)`, *optional*):
-            0 = question, 1 = candidate, 2 = context. When omitted they are inferred from the separator tokens.
+            0 = question, 1 = candidate, 2 = context. When omitted they are derived from the separator tokens.
+            A contextual model also derives them when they are given and keeps, token by token, the larger of the
+            two: tokenizers write at most two segments (BERT-style tokenizers, hence pipelines and CrossEncoder,
+            pass 0 for the question and 1 for the whole pair, context included), and the separators give the
+            context its own id 2. Ids from the as2hub collators already equal the derived ones.
         labels (`torch.LongTensor` of shape `(batch_size,)`, *optional*):
             1 if the candidate is a correct answer, else 0. Cross-entropy (binary with a single logit).
         """
         return_dict = kwargs.pop("return_dict", None)
-        if token_type_ids is None and input_ids is not None:
-            token_type_ids = infer_token_type_ids(
+        if input_ids is not None and (token_type_ids is None or self.config.contextual):
+            derived = infer_token_type_ids(
                 input_ids, self.config.sep_token_id, self.config.type_vocab_size, attention_mask
             )
+            token_type_ids = derived if token_type_ids is None else torch.maximum(token_type_ids, derived)
         outputs = self.base_model(
             input_ids,
             attention_mask=attention_mask,

@@ -442,21 +442,30 @@ class ElectraForSSPPretraining(SSPPretrainingMixin, ElectraPreTrainedModel):
 
     @classmethod
     def from_discriminator_and_generator(cls, discriminator, generator, num_segments: int = 2, **kwargs):
-        """Build from a stock discriminator checkpoint and a stock generator checkpoint (e.g. google/electra-*).
+        """Build from a stock discriminator checkpoint (``ElectraForPreTraining``) and a stock generator checkpoint
+        (``ElectraForMaskedLM``), e.g. ``google/electra-base-discriminator`` + ``google/electra-base-generator``.
 
-        ``kwargs`` go to ``from_pretrained`` of the discriminator (config fields such as ``rtd_weight`` included).
+        ``kwargs`` holds config fields (``rtd_weight``, ``token_type_init``, ``sep_token_id``, ...) and loading
+        arguments of ``from_pretrained`` (``revision``, ``dtype``, ...); the generator's weights are the generator
+        checkpoint's (its encoder, prediction head and output bias), its embeddings the discriminator's (shared).
         """
-        config = kwargs.pop("config", None) or cls.config_class.from_pretrained(
-            discriminator, num_segments=num_segments
-        )
+        config = kwargs.pop("config", None)
+        if config is None:
+            config, kwargs = cls.config_class.from_pretrained(
+                discriminator, num_segments=num_segments, return_unused_kwargs=True, **kwargs
+            )
         generator_config = ElectraConfig.from_pretrained(generator)
+        if generator_config.embedding_size != config.embedding_size:
+            raise ValueError(
+                f"{generator} (embedding_size {generator_config.embedding_size}) cannot share the embeddings of "
+                f"{discriminator} (embedding_size {config.embedding_size}): pick the generator released with it"
+            )
         generator_config.type_vocab_size = config.type_vocab_size
         config.generator_config = generator_config
-        if generator_config.embedding_size != config.embedding_size:
-            raise ValueError("generator and discriminator must have the same embedding_size to share embeddings")
-        model = cls.from_pretrained(discriminator, config=config, **kwargs)
+        loaded = cls.from_pretrained(discriminator, config=config, **kwargs)
+        model = loaded[0] if isinstance(loaded, tuple) else loaded
         model.load_generator(generator)
-        return model
+        return loaded
 
 
 for _model_class in (RobertaForSSPPretraining, BertForSSPPretraining, ElectraForSSPPretraining):
