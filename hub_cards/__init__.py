@@ -19,6 +19,7 @@ OBJECTIVE_DESCRIPTIONS = {
     "dslc": "are a and b from the same paragraph, given the sentences around b?",
     "all": "a mix of SDC, DPC and DSLC",
     "all_pairs": "a mix of SSP, SP and PSD",
+    "mspp": "which of k sentences, read in one pass with it, come from its paragraph? (joint model)",
 }
 
 
@@ -41,6 +42,7 @@ def render_pretraining_card(model, model_args, data_args, results: dict, model_i
         objective_description=OBJECTIVE_DESCRIPTIONS.get(objective, "see the papers"),
         mlm_description="masked language modelling only (ablation: labels ignored)" if mlm_only else "masked LM",
         corpus=data_args.corpus or "Python's own documentation (pydoc_data.topics)",
+        finetune_script="run_joint" if objective == "mspp" else "run_as2",
         model_id=model_id,
         results=_results_block(results),
     )

@@ -72,7 +72,10 @@ class JointRanker:
         """Joint probability that each candidate is correct, in input order (groups of k in input order)."""
         if isinstance(candidates, str) or not candidates:
             raise ValueError("no candidates: pass a non-empty list of candidate sentences")
-        rows = [self.layout.encode_texts(self.tokenizer, question, chunk) for chunk in group(candidates, self.layout.num_candidates)]
+        rows = [
+            self.layout.encode_texts(self.tokenizer, question, chunk)
+            for chunk in group(candidates, self.layout.num_candidates)
+        ]
         scores: list[float] = []
         device = self.model.device
         for start in range(0, len(rows), self.batch_size):
@@ -81,7 +84,9 @@ class JointRanker:
             scores.extend(torch.sigmoid(logits).reshape(-1).tolist())
         return scores[: len(candidates)]
 
-    def rank(self, question: str, candidates: list[str], contexts: list[str] | None = None) -> list[JointRankedCandidate]:
+    def rank(
+        self, question: str, candidates: list[str], contexts: list[str] | None = None
+    ) -> list[JointRankedCandidate]:
         """Candidates best first. With a pairwise ranker: its top k re-ranked jointly, then the rest in pairwise
         order (``contexts`` go to a contextual pairwise ranker)."""
         if isinstance(candidates, str) or not candidates:

@@ -36,7 +36,6 @@ from pathlib import Path
 
 import datasets
 import numpy as np
-import transformers
 from transformers import (
     AutoConfig,
     AutoTokenizer,
@@ -63,6 +62,7 @@ from as2hub.modeling.joint_multicandidate import JointRobertaConfig
 from as2hub.modeling.joint_multicandidate.configuration_joint_multicandidate import CANDIDATE_HEADS, HEADS
 from as2hub.modeling.joint_ranking import cascade_order
 from as2hub.run_scripts.as2_datasets import load_splits
+from as2hub.run_scripts.common import load_checkpoint, setup_logging
 from as2hub.run_scripts.outputs import save_hub_folder, write_json_atomic, write_ranked_predictions, write_text_atomic
 from as2hub.run_scripts.run_as2 import AS2TrainingArguments, add_lora
 from as2hub.run_scripts.tiny_defaults import TINY_ROBERTA, embedded_tokenizer
@@ -346,7 +346,8 @@ def load_model(model_args: JointModelArguments, tokenizer, label_names: tuple[st
         overrides["id2label"] = dict(enumerate(label_names))
         overrides["label2id"] = {name: index for index, name in enumerate(label_names)}
     if model_args.model_name_or_path:
-        return JointMultiCandidateModel.from_pretrained(model_args.model_name_or_path, **overrides)
+        model_class = JointMultiCandidateModel.checkpoint_class(model_args.model_name_or_path)
+        return load_checkpoint(model_class, model_args.model_name_or_path, **overrides)
     if model_args.config_name:
         config = AutoConfig.from_pretrained(model_args.config_name)
         return JointMultiCandidateModel.from_config(config, vocab_size=len(tokenizer), **overrides)
@@ -358,8 +359,7 @@ def load_model(model_args: JointModelArguments, tokenizer, label_names: tuple[st
 def main(argv: list[str] | None = None) -> dict:
     parser = HfArgumentParser((JointModelArguments, JointDataArguments, JointTrainingArguments))
     model_args, data_args, training_args = parser.parse_args_into_dataclasses(args=argv)
-    logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
-    transformers.utils.logging.set_verbosity_warning()
+    setup_logging()
     set_seed(training_args.seed)
     check_arguments(model_args, data_args)
     as2 = data_args.task == "as2"

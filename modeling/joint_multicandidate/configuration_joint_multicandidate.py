@@ -37,8 +37,12 @@ SLOT_POSITIONS = ("global", "per_slot")
 MIN_SLOT_LENGTH = 3
 
 
-def check_joint_config(config) -> None:
-    """Raise ValueError when the joint fields are invalid (also called by the models when they are built)."""
+def check_joint_config(config, positions: bool = True) -> None:
+    """Raise ValueError when the joint fields are invalid.
+
+    The configs check their own fields; the models, when they are built, also check that (k+1)·L positions fit the
+    position table (``positions=True``), so that a stock checkpoint's config loads with any k and L.
+    """
     if config.token_type_init not in TOKEN_TYPE_INITS:
         raise ValueError(f"token_type_init must be one of {TOKEN_TYPE_INITS}, got {config.token_type_init!r}")
     if config.head not in HEADS:
@@ -58,12 +62,14 @@ def check_joint_config(config) -> None:
             f"slot_length={config.slot_length} is shorter than the special tokens: every slot needs a first and a "
             f"closing special token plus at least one token of text ({MIN_SLOT_LENGTH})"
         )
-    positions = config.sequence_length if config.slot_positions == "global" else config.slot_length
+    if not positions:
+        return
+    needed = config.sequence_length if config.slot_positions == "global" else config.slot_length
     available = config.max_position_embeddings - config.position_offset
-    if positions > available:
+    if needed > available:
         raise ValueError(
             f"(num_candidates + 1) x slot_length = {config.num_candidates + 1} x {config.slot_length} needs "
-            f"{positions} positions ({config.slot_positions} positions) but the model has {available} "
+            f"{needed} positions ({config.slot_positions} positions) but the model has {available} "
             f"(max_position_embeddings={config.max_position_embeddings}); lower num_candidates or slot_length, or "
             "use slot_positions='per_slot' (positions restart at every slot)"
         )
@@ -71,7 +77,7 @@ def check_joint_config(config) -> None:
 
 def _joint_post_init(config, kwargs: dict) -> None:
     """Validation and defaults shared by the three backbones (called after the stock post-init)."""
-    check_joint_config(config)
+    check_joint_config(config, positions=False)
     if config.type_vocab_size is None:
         # Built from scratch: one row per slot. A loaded config keeps its size; the model grows the table.
         config.type_vocab_size = config.num_candidates + 1

@@ -606,7 +606,8 @@ class JointMultiCandidateModel:
         return JOINT_BACKBONES[joint_backbone(model_type)][2 if pretraining else 1]
 
     @classmethod
-    def from_pretrained(cls, pretrained_model_name_or_path, *args, pretraining: bool = False, **kwargs):
+    def checkpoint_class(cls, pretrained_model_name_or_path, pretraining: bool = False, **kwargs):
+        """The class :meth:`from_pretrained` would instantiate for a checkpoint (read from its config)."""
         config = kwargs.get("config")
         if isinstance(config, PreTrainedConfig):
             model_type = config.model_type
@@ -614,7 +615,12 @@ class JointMultiCandidateModel:
             hub_kwargs = {key: kwargs[key] for key in _HUB_KWARGS if key in kwargs}
             config_dict, _ = PreTrainedConfig.get_config_dict(pretrained_model_name_or_path, **hub_kwargs)
             model_type = config_dict.get("model_type", "")
-        return cls.model_class(model_type, pretraining).from_pretrained(pretrained_model_name_or_path, *args, **kwargs)
+        return cls.model_class(model_type, pretraining)
+
+    @classmethod
+    def from_pretrained(cls, pretrained_model_name_or_path, *args, pretraining: bool = False, **kwargs):
+        model_class = cls.checkpoint_class(pretrained_model_name_or_path, pretraining, **kwargs)
+        return model_class.from_pretrained(pretrained_model_name_or_path, *args, **kwargs)
 
     @classmethod
     def from_config(cls, config: PreTrainedConfig, pretraining: bool = False, **overrides):
