@@ -197,7 +197,7 @@ def test_mspp_pretraining_logs_per_slot_metrics_and_feeds_run_joint(stock_checkp
     extra = ["--model_type", backbone, "--model_name_or_path", str(stock_checkpoint(backbone)), "--corpus", str(corpus),
              "--documents_per_batch", "4"]  # fmt: skip
     results = run_pretrain.main(["--objective", "mspp", "--joint_head", head, "--output_dir", str(out), generation,
-                                 *QUICK_PRETRAIN, *extra])  # fmt: skip
+                                 "--cls_weight", "0.5", *QUICK_PRETRAIN, *extra])  # fmt: skip
     held_out = results["eval"]
     # Per-slot MSPP metrics: 1 positive + 2 hard negatives per example with k = 3 (single-document groups aside).
     for name in ("eval_mlm_loss", "eval_cls_loss", "eval_cls_accuracy", "eval_cls_auc", "eval_cls_majority_rate"):
@@ -208,6 +208,7 @@ def test_mspp_pretraining_logs_per_slot_metrics_and_feeds_run_joint(stock_checkp
     config = json.loads((out / "config.json").read_text())
     assert config["model_type"] == f"joint_{backbone}" and config["head"] == head
     assert config["type_vocab_size"] == K + 1 and config["architectures"][0].endswith("ForJointPretraining")
+    assert config["mspp_weight"] == 0.5 and config["mlm_weight"] == 1.0
     finetuned = run_joint.main(joint_args(tmp_path, out, "--head", head, "--max_steps", "2"))
     assert finetuned["test"]["test_num_questions"] == 3
     config = json.loads((tmp_path / "out" / "config.json").read_text())
@@ -243,3 +244,19 @@ def test_default_run_trains_a_tiny_joint_roberta_from_scratch(tmp_path):
     assert results["test"]["test_num_questions"] == 61
     config = json.loads((tmp_path / "demo" / "config.json").read_text())
     assert config["model_type"] == "joint_roberta" and config["num_candidates"] == 4 and config["type_vocab_size"] == 5
+
+
+def test_mspp_pretraining_bad_arguments_stop_before_training(stock_checkpoint, tmp_path):
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    for index in range(4):
+        write_document(corpus / f"doc{index}.txt", paragraphs=2, sentences_per_paragraph=3)
+    base = ["--objective", "mspp", "--output_dir", str(tmp_path / "pre"), "--corpus", str(corpus), "--model_type",
+            "bert", "--model_name_or_path", str(stock_checkpoint("bert")), *QUICK_PRETRAIN]  # fmt: skip
+    with pytest.raises(ValueError, match=r"MSPP fills k = 3 slots .* easy negatives \(-1, the rest\)"):
+        run_pretrain.main([*base, "--mspp_hard_negatives", "3"])
+    with pytest.raises(ValueError, match="--joint_head must be IE_k or AE_k"):
+        run_pretrain.main([*base, "--joint_head", "AE_1"])
+    with pytest.raises(ValueError, match="--whole_word_mask is not supported"):
+        run_pretrain.main([*base, "--whole_word_mask", "True"])
+    assert not (tmp_path / "pre").exists()
