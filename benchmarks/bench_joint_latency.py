@@ -17,7 +17,7 @@ and the ratio joint / pairwise (target: <= 1.0, the question is encoded once ins
 
 Usage::
 
-    python benchmarks/bench_joint_latency.py                        # batch 1/8/32, 1 thread, ~2-4 minutes
+    python benchmarks/bench_joint_latency.py --wait_quiet 1800      # batch 1/8/32, 1 thread, ~2-4 minutes
     python benchmarks/bench_joint_latency.py --batch_sizes 1 --repeats 2 --results /tmp/latency_smoke.json
 
 Writes ``benchmarks/results/joint_latency.json``.
@@ -26,6 +26,7 @@ Writes ``benchmarks/results/joint_latency.json``.
 import argparse
 import gc
 import logging
+import os
 import statistics
 import sys
 import time
@@ -48,6 +49,9 @@ def parse_args(argv=None):
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--wait_quiet", type=float, default=0.0, help="wait up to this many seconds for a quiet CPU (cpu_quiet.py)"
+    )
     parser.add_argument("--results", default=str(RESULTS_DIR / "joint_latency.json"))
     args = parser.parse_args(argv)
     args.batch_sizes = [int(size) for size in args.batch_sizes.split(",")]
@@ -103,6 +107,11 @@ def main(argv=None) -> dict:
     torch.set_num_threads(args.threads)
     from transformers import AutoTokenizer
 
+    waited = None
+    if args.wait_quiet > 0:
+        from cpu_quiet import wait_until_quiet
+
+        waited = wait_until_quiet(poll_seconds=30, max_wait_seconds=args.wait_quiet)
     path = args.model or minilm_path()
     tokenizer = AutoTokenizer.from_pretrained(path)
     cls_sep = (tokenizer.cls_token_id, tokenizer.sep_token_id)
@@ -124,6 +133,7 @@ def main(argv=None) -> dict:
             "timing": "median of repeats after one warm-up call each, systems interleaved, torch.inference_mode",
         },
         "runs": [],
+        "waited_for_quiet_cpu": waited,
     }
     generator = torch.Generator().manual_seed(args.seed)
     rows = []
@@ -159,6 +169,7 @@ def main(argv=None) -> dict:
         logger.info("batch %d: joint %.3f s, pairwise %.3f s, ratio %.2f", batch, *medians.values(), ratio)
         write_json(args.results, report)
     report["date_finished"] = now_iso()
+    report["load_average_at_end"] = list(os.getloadavg())
     write_json(args.results, report)
     print()
     print(
