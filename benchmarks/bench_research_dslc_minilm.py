@@ -153,7 +153,7 @@ def pretrain(args, corpus: Path, output_dir: Path) -> dict:
         "--model_type", "bert",
         "--model_name_or_path", minilm_path(),
         "--objective", "dslc",
-        "--token_type_init", "scratch",  # as recorded (run_pretrain's default is now the paper's scratch_all)
+        "--token_type_init", "scratch",  # as recorded
         "--corpus", str(corpus),
         "--output_dir", str(output_dir),
         "--max_steps", str(args.pretrain_steps),

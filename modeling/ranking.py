@@ -13,7 +13,9 @@ With a ``pipeline("text-classification", model=folder, trust_remote_code=True)``
 
     pipe({"text": question, "text_pair": context_text_pair(pipe.tokenizer, candidate, context)})
 
-The model re-derives the three segments from the separators (pipelines send no ``token_type_ids``).
+The model derives the three segments from the separators: RoBERTa tokenizers send no ``token_type_ids``, and the pair
+ids of BERT-style tokenizers (1 for the candidate and the context alike) are raised to 2 after the second separator,
+so the pipeline, sentence-transformers' ``CrossEncoder`` and :class:`Ranker` give the same scores.
 """
 
 from dataclasses import dataclass

@@ -73,11 +73,11 @@ class PretrainModelArguments:
     cls_weight: float = 1.0
     rtd_weight: float = 50.0
     token_type_init: str = field(
-        default="scratch_all",
+        default="scratch",
         metadata={
-            "help": "Init of the token-type table when a checkpoint's is grown for triplets (3 segments): "
-            "'scratch_all' (the whole table drawn anew, as the paper's continued pre-training), 'scratch' (keep the "
-            "pretrained rows, draw the new ones) or 'copy' (new rows copy the last pretrained row)."
+            "help": "Init of the token-type table when a checkpoint's is grown for triplets (3 segments): 'scratch' "
+            "(keep the pretrained rows, draw the new one), 'scratch_all' (draw the whole table anew: the paper's "
+            "wording) or 'copy' (new rows copy the last pretrained row)."
         },
     )
     tokenizer_vocab_size: int = field(default=4000, metadata={"help": "Vocab of a tokenizer trained from scratch."})
