@@ -337,27 +337,28 @@ FRESH_PROCESS = textwrap.dedent(
 @pytest.mark.slow
 def test_round_trip_in_a_fresh_process_without_as2hub_for_every_head(stock_checkpoint, tmp_path):
     expected, cases = {}, {}
-    for backbone in sorted(BACKBONES):
-        for head in HEADS:
-            model, tokenizer = load_joint(stock_checkpoint(backbone), head=head)
-            perturb(model)
-            folder = tmp_path / f"{backbone}-{head}"
-            model.save_pretrained(folder)
-            tokenizer.save_pretrained(folder)
-            batch = batch_for(tokenizer, FEATURES)
-            batch.pop("labels")
-            torch.save(batch, folder / "batch.pt")
-            ranking = head.endswith("_k")
-            inputs = {"question": QUESTION, "candidates": CANDIDATES} if ranking else {
-                "claim": QUESTION, "evidences": CANDIDATES[:2]}  # fmt: skip
-            with torch.no_grad():
-                if ranking:
-                    scores = JointRanker(model, tokenizer).score(QUESTION, CANDIDATES)
-                else:
-                    single = batch_for(tokenizer, [{"claim": QUESTION, "evidences": CANDIDATES[:2]}])
-                    scores = model.score(**single)[0].tolist()
-                expected[str(folder)] = (model(**batch).logits, type(model).__name__, scores)
-            cases[str(folder)] = inputs
+    # Every head on the BERT family (MiniLM, the benchmarks' backbone), and one of each kind on RoBERTa and ELECTRA.
+    combinations = [("bert", head) for head in HEADS] + [("roberta", "AE_k"), ("electra", "AE_1")]
+    for backbone, head in combinations:
+        model, tokenizer = load_joint(stock_checkpoint(backbone), head=head)
+        perturb(model)
+        folder = tmp_path / f"{backbone}-{head}"
+        model.save_pretrained(folder)
+        tokenizer.save_pretrained(folder)
+        batch = batch_for(tokenizer, FEATURES)
+        batch.pop("labels")
+        torch.save(batch, folder / "batch.pt")
+        ranking = head.endswith("_k")
+        inputs = {"question": QUESTION, "candidates": CANDIDATES} if ranking else {
+            "claim": QUESTION, "evidences": CANDIDATES[:2]}  # fmt: skip
+        with torch.no_grad():
+            if ranking:
+                scores = JointRanker(model, tokenizer).score(QUESTION, CANDIDATES)
+            else:
+                single = batch_for(tokenizer, [{"claim": QUESTION, "evidences": CANDIDATES[:2]}])
+                scores = model.score(**single)[0].tolist()
+            expected[str(folder)] = (model(**batch).logits, type(model).__name__, scores)
+        cases[str(folder)] = inputs
     result = subprocess.run(
         [sys.executable, "-c", FRESH_PROCESS, json.dumps(cases)], capture_output=True, text=True, timeout=300
     )
