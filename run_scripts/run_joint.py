@@ -120,7 +120,8 @@ class JointDataArguments:
         default=None, metadata={"help": "top_k: a column of the data files holding pairwise scores."}
     )
     pairwise_model: str | None = field(
-        default=None, metadata={"help": "top_k: a saved pairwise ranker that scores every candidate."}
+        default=None,
+        metadata={"help": "top_k: a saved as2hub ranker (a run_as2.py output folder) that scores every candidate."},
     )
     pairwise_max_length: int = 256
     pairwise_batch_size: int = 64
