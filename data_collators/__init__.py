@@ -14,18 +14,23 @@ from .corpus import (
     load_documents,
     split_document,
 )
+from .fv_data import FEVER_LABELS, FactVerificationDataError, FVData, load_fv_data
+from .joint_collator import JointCollator
+from .joint_data import GROUPINGS, ScoreColumn, group_candidates
 from .pretraining_collator import PretrainingCollator, default_max_length, tokenize_pretraining
 from .pretraining_data import StructurePretrainingIterableDataset, example_features, generate_pretraining_dataset
 from .segment_layout import SegmentLayout, longest_first_lengths, pad_batch
 from .sentence_splitter import get_sentence_tokenizer, install_punkt_tab, split_sentences
 from .structure_objectives import (
     IGNORE_LABEL,
+    JOINT_OBJECTIVES,
     OBJECTIVES,
     PAIR_OBJECTIVES,
     TRIPLET_OBJECTIVES,
     derive_seed,
     generate_examples,
     get_objective,
+    is_joint_objective,
     is_triplet_objective,
 )
 from .tokenizer_training import train_tokenizer
@@ -71,4 +76,14 @@ __all__ = [
     "tokenize_as2",
     "tokenize_pretraining",
     "train_tokenizer",
+    "FEVER_LABELS",
+    "FVData",
+    "FactVerificationDataError",
+    "GROUPINGS",
+    "JOINT_OBJECTIVES",
+    "JointCollator",
+    "ScoreColumn",
+    "group_candidates",
+    "is_joint_objective",
+    "load_fv_data",
 ]

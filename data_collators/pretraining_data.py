@@ -38,6 +38,7 @@ from .structure_objectives import (
     derive_seed,
     generate_examples,
     get_objective,
+    is_joint_objective,
     is_triplet_objective,
 )
 
@@ -56,6 +57,8 @@ _PROVENANCE_COLUMNS = ("objective", "kind", "batch", "group")
 
 def example_features(objective: str, keep_provenance: bool = True) -> datasets.Features:
     """The ``datasets`` schema of the examples of ``objective``."""
+    if is_joint_objective(objective):
+        return _joint_features(objective, keep_provenance)
     triplet = is_triplet_objective(objective)
     features: dict[str, Any] = {
         "text_a": datasets.Value("string"),
@@ -75,6 +78,32 @@ def example_features(objective: str, keep_provenance: bool = True) -> datasets.F
             features[f"{part}_doc"] = datasets.Value("int64")
             features[f"{part}_par"] = datasets.Value("int64")
             features[f"{part}_sents"] = datasets.Sequence(datasets.Value("int64"))
+    return datasets.Features(features)
+
+
+def _joint_features(objective: str, keep_provenance: bool) -> datasets.Features:
+    """Schema of the grouped MSPP examples: an anchor sentence, its candidates and one label per candidate."""
+    integers = datasets.Sequence(datasets.Value("int64"))
+    features: dict[str, Any] = {
+        "text_a": datasets.Value("string"),
+        "candidates": datasets.Sequence(datasets.Value("string")),
+        "labels": integers,
+    }
+    if objective.lower().startswith("mlm"):
+        features["structure_labels"] = integers
+    if keep_provenance:
+        features.update(
+            objective=datasets.Value("string"),
+            batch=datasets.Value("int64"),
+            group=datasets.Value("int64"),
+            a_doc=datasets.Value("int64"),
+            a_par=datasets.Value("int64"),
+            a_sents=integers,
+            candidate_docs=integers,
+            candidate_pars=integers,
+            candidate_sents=integers,
+            candidate_kinds=datasets.Sequence(datasets.Value("string")),
+        )
     return datasets.Features(features)
 
 
@@ -174,6 +203,19 @@ def _log_summary(result: datasets.Dataset, documents: datasets.Dataset, objectiv
             f"objective {objective!r} produced no example from {n_docs} documents "
             f"({single} have a single paragraph); the documents are too short for its positives"
         )
+    if "candidate_kinds" in result.column_names:  # grouped MSPP examples
+        table = result.data.table
+        candidates = pc.list_value_length(table.column("candidates"))
+        labels = pc.list_flatten(table.column("labels"))
+        logger.info(
+            "%s: %d examples from %d documents, %.2f candidates (%.2f from the anchor's paragraph) per example",
+            objective,
+            len(result),
+            n_docs,
+            pc.mean(candidates).as_py() or 0.0,
+            (pc.sum(pc.equal(labels, 1)).as_py() or 0) / max(len(result), 1),
+        )
+        return
     if "kind" not in result.column_names:
         logger.info("%s: %d examples from %d documents", objective, len(result), n_docs)
         return
@@ -219,6 +261,7 @@ def generate_pretraining_dataset(
     num_shards: int | None = None,
     num_negatives: int = 4,
     max_hard_negatives: int = 2,
+    num_positives: int = 1,
 ) -> datasets.Dataset:
     """Materialise the examples of ``objective`` for all documents with ``Dataset.map``.
 
@@ -236,7 +279,8 @@ def generate_pretraining_dataset(
         output_dir: if given, also save there: ``output_format="arrow"`` -> ``save_to_disk`` (reload
             with ``datasets.load_from_disk``), ``"parquet"`` -> ``part-XXXXX.parquet`` files.
         num_shards: number of saved shards (default: ``datasets``' choice for Arrow, 1 for Parquet).
-        num_negatives, max_hard_negatives: see :func:`.structure_objectives.generate_examples`.
+        num_negatives, max_hard_negatives, num_positives: see :func:`.structure_objectives.generate_examples`
+            (``num_positives`` is read by MSPP only).
 
     Returns the examples as a :class:`datasets.Dataset` (columns: :func:`example_features`).
     """
@@ -255,7 +299,11 @@ def generate_pretraining_dataset(
         "documents_per_batch": documents_per_batch,
         "documents": documents,
         "features": features,
-        "objective_kwargs": {"num_negatives": num_negatives, "max_hard_negatives": max_hard_negatives},
+        "objective_kwargs": {
+            "num_negatives": num_negatives,
+            "max_hard_negatives": max_hard_negatives,
+            "num_positives": num_positives,
+        },
     }
     fingerprint = derive_seed(
         "as2hub-structure-examples",
@@ -267,6 +315,7 @@ def generate_pretraining_dataset(
         keep_provenance,
         num_negatives,
         max_hard_negatives,
+        num_positives,
     )
     result = documents.map(
         _map_document_batch,
@@ -339,7 +388,7 @@ class StructurePretrainingIterableDataset(torch.utils.data.IterableDataset):
         batch_transform: optional function applied to the list of examples of each document batch
             (e.g. batched tokenization); its return value is iterated and yielded item by item.
         keep_provenance: keep the provenance fields of each example.
-        num_negatives, max_hard_negatives: see :func:`.structure_objectives.generate_examples`.
+        num_negatives, max_hard_negatives, num_positives: see :func:`.structure_objectives.generate_examples`.
 
     Use ``set_epoch(epoch)`` before each epoch (with ``persistent_workers=False`` so workers see it).
     """
@@ -359,6 +408,7 @@ class StructurePretrainingIterableDataset(torch.utils.data.IterableDataset):
         keep_provenance: bool = True,
         num_negatives: int = 4,
         max_hard_negatives: int = 2,
+        num_positives: int = 1,
     ) -> None:
         super().__init__()
         get_objective(objective)  # validate early
@@ -378,7 +428,11 @@ class StructurePretrainingIterableDataset(torch.utils.data.IterableDataset):
         self.world_size = world_size
         self.batch_transform = batch_transform
         self.keep_provenance = keep_provenance
-        self.objective_kwargs = {"num_negatives": num_negatives, "max_hard_negatives": max_hard_negatives}
+        self.objective_kwargs = {
+            "num_negatives": num_negatives,
+            "max_hard_negatives": max_hard_negatives,
+            "num_positives": num_positives,
+        }
         self.epoch = 0
         self.random_access = isinstance(documents, (datasets.Dataset, Sequence)) and not isinstance(documents, str)
         if isinstance(documents, datasets.Dataset) and "paragraphs" not in documents.column_names:

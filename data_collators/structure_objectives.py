@@ -30,6 +30,12 @@ batch output; a positive and its negatives share it), and for each input ``x`` i
 (and ``c`` for triplets): ``x_doc`` (document index, ``doc_indices[k]`` when given, else the
 position in the batch), ``x_par`` (paragraph index) and ``x_sents`` (sentence indices, ascending).
 
+The joint objective ``mspp`` (Multi-Sentences in Paragraph Prediction; Di Liello, Garg, Soldaini, Moschitti,
+NAACL 2022, section 3.4) produces one *grouped* example per anchor paragraph for the joint multi-candidate models:
+``{"text_a", "candidates", "labels"}`` with ``text_a`` = a sentence s0 of paragraph P, ``candidates`` = k sentences
+(``num_positives`` from P, ``max_hard_negatives`` from other paragraphs of the same document, the rest from other
+documents of the batch), shuffled, and ``labels[i] = 1`` where candidate i comes from P; see :func:`mspp`.
+
 The MLM-only ablation (Di Liello et al., 2022, table 2: "same data sampling ... but only using the
 MLM objective") is exposed as ``mlm_<objective>`` (``mlm`` = ``mlm_all``): exactly the examples of
 ``<objective>`` for the same seed, with ``label = -100`` (ignored by the loss) and the structural
@@ -48,6 +54,7 @@ from typing import Any
 __all__ = [
     "BASE_OBJECTIVES",
     "IGNORE_LABEL",
+    "JOINT_OBJECTIVES",
     "OBJECTIVES",
     "PAIR_OBJECTIVES",
     "TRIPLET_OBJECTIVES",
@@ -56,7 +63,9 @@ __all__ = [
     "dslc",
     "generate_examples",
     "get_objective",
+    "is_joint_objective",
     "is_triplet_objective",
+    "mspp",
     "psd",
     "sdc",
     "sp",
@@ -78,7 +87,16 @@ TRIPLET_B_SENTENCES = (1, 3)  # 2023, A.1: a = 1 sentence, b in [1, 3]
 PAIR_OBJECTIVES = ("ssp", "sp", "psd")
 TRIPLET_OBJECTIVES = ("sdc", "dpc", "dslc")
 BASE_OBJECTIVES = PAIR_OBJECTIVES + TRIPLET_OBJECTIVES + ("all", "all_pairs")
-OBJECTIVES = BASE_OBJECTIVES + ("mlm",) + tuple(f"mlm_{name}" for name in BASE_OBJECTIVES)
+JOINT_OBJECTIVES = ("mspp",)  # grouped examples for the joint multi-candidate models
+OBJECTIVES = (
+    BASE_OBJECTIVES
+    + ("mlm",)
+    + tuple(f"mlm_{name}" for name in BASE_OBJECTIVES)
+    + JOINT_OBJECTIVES
+    + tuple(f"mlm_{name}" for name in JOINT_OBJECTIVES)
+)
+# MSPP sampling (Di Liello et al., NAACL 2022, section 4.1: k+ = 1, k_hard = 2, k_easy = 2, so k = 5).
+MSPP_POSITIVES = 1
 
 
 def derive_seed(*parts: Any) -> int:
@@ -546,6 +564,105 @@ def _generate(
     return out
 
 
+# --------------------------------------------------------------------------- MSPP (joint models)
+
+
+def _mspp(
+    documents: Sequence[Document],
+    rng: random.Random,
+    doc_indices: Sequence[int] | None,
+    num_positives: int,
+    num_hard: int,
+    num_easy: int,
+    stats: Counter | None,
+) -> list[Example]:
+    """Multi-Sentences in Paragraph Prediction (Di Liello, Garg, Soldaini, Moschitti, NAACL 2022, section 3.4).
+
+    One example per anchor paragraph ``P`` (documents in order, paragraphs in order) with at least 2 sentences:
+
+    * ``text_a`` = s0, a sentence of ``P`` drawn uniformly;
+    * ``num_positives`` (k+ = 1) other sentences of ``P``, drawn without replacement;
+    * ``num_hard`` (k_hard = 2) sentences of the *other paragraphs* of the same document, drawn uniformly without
+      replacement among all their sentences (hard negatives);
+    * ``num_easy`` (k_easy = 2) sentences of *other documents* of the batch (document, then paragraph, then sentence
+      uniformly; a sentence already used in the example is redrawn up to 3 times, then accepted);
+    * a level that runs short is filled from the next easier one: missing positives (``|P| - 1 < k+``) become hard
+      negatives, missing hard negatives (few other paragraphs) become easy ones. With a single document in the
+      batch there are no easy negatives and the example has fewer than k candidates (empty slots);
+    * the candidates are shuffled; ``labels[i] = 1`` iff candidate i comes from ``P``.
+
+    Provenance: ``a_doc``, ``a_par``, ``a_sents`` (``[s0]``) and, per candidate, ``candidate_docs``,
+    ``candidate_pars``, ``candidate_sents`` (sentence index) and ``candidate_kinds``
+    (``"positive"`` / ``"hard"`` / ``"easy"``).
+    """
+    batch = _Batch(documents, doc_indices)
+    out: list[Example] = []
+    counts: Counter = Counter()
+    wanted = num_positives + num_hard + num_easy
+    for d, lengths in enumerate(batch.lengths):
+        doc_groups = 0
+        for i, n in enumerate(lengths):
+            if n < 2:
+                counts["paragraphs_skipped"] += 1
+                continue
+            s0 = rng.randrange(n)
+            picked: list[tuple[int, int, int, str]] = []  # (document, paragraph, sentence, kind)
+            positives = rng.sample(range(n - 1), min(num_positives, n - 1))
+            picked += [(d, i, s + (s >= s0), "positive") for s in positives]
+            # Hard negatives: uniform over the sentences of the document's other paragraphs.
+            pool = sum(lengths) - n
+            want = num_hard + num_positives - len(positives)
+            for flat in rng.sample(range(pool), min(want, pool)):
+                for j, m in enumerate(lengths):
+                    if j == i:
+                        continue
+                    if flat < m:
+                        picked.append((d, j, flat, "hard"))
+                        break
+                    flat -= m
+            others = batch.other_docs(d, 1)
+            if others:
+                used: set[tuple[int, int, int]] = set()
+                for _ in range(wanted - len(picked)):
+                    for _attempt in range(_EASY_RETRIES):
+                        e = others[rng.randrange(len(others))]
+                        paragraphs = batch.paragraphs(e, 1)
+                        j = paragraphs[rng.randrange(len(paragraphs))]
+                        s = rng.randrange(batch.lengths[e][j])
+                        if (e, j, s) not in used:
+                            break
+                    used.add((e, j, s))
+                    picked.append((e, j, s, "easy"))
+            rng.shuffle(picked)
+            if len(picked) < wanted:
+                counts["groups_short_of_candidates"] += 1
+            for *_, kind in picked:
+                counts[f"{kind}_candidates"] += 1
+            out.append(
+                {
+                    "text_a": batch.docs[d][i][s0],
+                    "candidates": [batch.docs[e][j][s] for e, j, s, _ in picked],
+                    "labels": [int(kind == "positive") for *_, kind in picked],
+                    "objective": "mspp",
+                    "group": len(out),
+                    "a_doc": batch.ids[d],
+                    "a_par": i,
+                    "a_sents": [s0],
+                    "candidate_docs": [batch.ids[e] for e, *_ in picked],
+                    "candidate_pars": [j for _, j, _, _ in picked],
+                    "candidate_sents": [s for _, _, s, _ in picked],
+                    "candidate_kinds": [kind for *_, kind in picked],
+                }
+            )
+            counts["groups"] += 1
+            doc_groups += 1
+        if not doc_groups:
+            counts["documents_skipped"] += 1
+    if stats is not None:
+        stats.update(counts)
+    return out
+
+
 def _resolve(objective: str) -> tuple[tuple[_Spec, ...], bool, str]:
     """``(variants, mlm, base_name)`` for an objective name."""
     name = objective.lower().strip() if isinstance(objective, str) else objective
@@ -556,6 +673,8 @@ def _resolve(objective: str) -> tuple[tuple[_Spec, ...], bool, str]:
         name, mlm = name[4:], True
     if name in _SPECS:
         return (_SPECS[name],), mlm, name
+    if name in JOINT_OBJECTIVES:
+        return (), mlm, name
     if name in _MIXTURES:
         return tuple(_SPECS[v] for v in _MIXTURES[name]), mlm, name
     raise ValueError(f"unknown objective {objective!r}; valid objectives: {', '.join(OBJECTIVES)}")
@@ -564,7 +683,13 @@ def _resolve(objective: str) -> tuple[tuple[_Spec, ...], bool, str]:
 def is_triplet_objective(objective: str) -> bool:
     """Whether ``objective`` produces ``text_c`` (SDC, DPC, DSLC, ``all`` and their ``mlm_`` ablations)."""
     variants, _, _ = _resolve(objective)
-    return variants[0].triplet
+    return bool(variants) and variants[0].triplet
+
+
+def is_joint_objective(objective: str) -> bool:
+    """Whether ``objective`` produces grouped examples for the joint models (``mspp`` and ``mlm_mspp``)."""
+    _, _, base = _resolve(objective)
+    return base in JOINT_OBJECTIVES
 
 
 def generate_examples(
@@ -575,6 +700,7 @@ def generate_examples(
     doc_indices: Sequence[int] | None = None,
     num_negatives: int = 4,
     max_hard_negatives: int = 2,
+    num_positives: int = MSPP_POSITIVES,
     stats: Counter | None = None,
 ) -> list[Example]:
     """Examples of ``objective`` for one batch of documents.
@@ -587,6 +713,9 @@ def generate_examples(
         num_negatives: negatives per positive when the batch allows (papers: 4).
         max_hard_negatives: at most this many of them from the anchor's own document (papers: 2;
             ignored by PSD, which only uses easy negatives).
+        num_positives: MSPP only: sentences of the anchor's paragraph among the candidates (k+ = 1). MSPP reads
+            ``max_hard_negatives`` as k_hard and ``num_negatives - max_hard_negatives`` as k_easy, so the defaults
+            give the paper's k = 1 + 2 + 2 = 5 candidates.
         stats: optional counter updated with ``positives``, ``negatives``,
             ``groups_short_of_negatives``, ``paragraphs_skipped`` (not eligible as anchors),
             ``documents_skipped`` (no positive) and ``single_paragraph_documents_skipped``.
@@ -598,6 +727,27 @@ def generate_examples(
         raise ValueError("num_negatives and max_hard_negatives must be >= 0")
     if not isinstance(rng, random.Random):
         rng = random.Random(rng)
+    if base in JOINT_OBJECTIVES:
+        if num_positives < 1 or max_hard_negatives > num_negatives:
+            raise ValueError(
+                "mspp needs num_positives >= 1 and max_hard_negatives <= num_negatives (k_easy = num_negatives - "
+                f"max_hard_negatives), got {num_positives}, {max_hard_negatives}, {num_negatives}"
+            )
+        examples = _mspp(
+            documents,
+            rng,
+            doc_indices,
+            num_positives,
+            max_hard_negatives,
+            num_negatives - max_hard_negatives,
+            stats,
+        )
+        if mlm:
+            for example in examples:
+                example["structure_labels"] = example["labels"]
+                example["labels"] = [IGNORE_LABEL] * len(example["labels"])
+                example["objective"] = "mlm_mspp"
+        return examples
     examples = _generate(variants, documents, rng, doc_indices, num_negatives, max_hard_negatives, stats)
     if mlm:
         for example in examples:
@@ -648,7 +798,12 @@ def dslc(documents: Sequence[Document], rng: random.Random | int, **kwargs: Any)
     return generate_examples("dslc", documents, rng, **kwargs)
 
 
+def mspp(documents: Sequence[Document], rng: random.Random | int, **kwargs: Any) -> list[Example]:
+    """Multi-Sentences in Paragraph Prediction (grouped examples for the joint models); see :func:`_mspp`."""
+    return generate_examples("mspp", documents, rng, **kwargs)
+
+
 # Put each objective's definition where ``help(ssp)`` shows it.
-for _fn, _spec in ((ssp, _SSP), (sp, _SP), (psd, _PSD), (sdc, _SDC), (dpc, _DPC), (dslc, _DSLC)):
+for _fn, _spec in ((ssp, _SSP), (sp, _SP), (psd, _PSD), (sdc, _SDC), (dpc, _DPC), (dslc, _DSLC), (mspp, _mspp)):
     _fn.__doc__ = _spec.__doc__
 del _fn, _spec

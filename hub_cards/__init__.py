@@ -19,6 +19,7 @@ OBJECTIVE_DESCRIPTIONS = {
     "dslc": "are a and b from the same paragraph, given the sentences around b?",
     "all": "a mix of SDC, DPC and DSLC",
     "all_pairs": "a mix of SSP, SP and PSD",
+    "mspp": "which of k sentences, read in one pass with it, come from its paragraph? (joint model)",
 }
 
 
@@ -41,6 +42,7 @@ def render_pretraining_card(model, model_args, data_args, results: dict, model_i
         objective_description=OBJECTIVE_DESCRIPTIONS.get(objective, "see the papers"),
         mlm_description="masked language modelling only (ablation: labels ignored)" if mlm_only else "masked LM",
         corpus=data_args.corpus or "Python's own documentation (pydoc_data.topics)",
+        finetune_script="run_joint" if objective == "mspp" else "run_as2",
         model_id=model_id,
         results=_results_block(results),
     )
@@ -63,4 +65,58 @@ def render_model_card(model, model_args, data_args, results: dict, model_id: str
         results="```json\n"
         + json.dumps({k: v for k, v in results.items() if k != "train"}, indent=2, default=float)
         + "\n```",
+    )
+
+
+def render_joint_card(model, model_args, data_args, results: dict, model_id: str = "path/to/this/folder") -> str:
+    """The card of a joint multi-candidate model (``run_joint.py``): ranking (``*_k`` heads) or classification."""
+    config = model.config
+    ranking = bool(config.candidate_head)
+    grouping = getattr(data_args, "grouping", None)
+    if not ranking:
+        grouping_note = ""
+    elif grouping == "top_k":
+        grouping_note = " (grouping `top_k`: trained and evaluated on the top k of a pairwise model, the cascade)"
+    else:
+        grouping_note = " (grouping `all`: every candidate, in groups of k)"
+    return _template("joint_multicandidate.md").format(
+        model_name=getattr(model_args, "model_name_or_path", None) or "as2hub joint model",
+        pipeline_tag="text-ranking" if ranking else "text-classification",
+        task_tag="answer-sentence-selection" if ranking else "fact-verification",
+        architecture=type(model).__name__,
+        base_model=getattr(model_args, "model_name_or_path", None)
+        or getattr(model_args, "config_name", None)
+        or "tiny, from scratch",
+        head=config.head,
+        task_description="answer sentence selection (one score per candidate)"
+        if ranking
+        else "fact verification (one label per claim)",
+        query_name="a question" if ranking else "a claim",
+        candidate_name="candidate answers" if ranking else "evidence sentences",
+        num_candidates=config.num_candidates,
+        slot_length=config.slot_length,
+        sequence_length=config.sequence_length,
+        positions="positions restarted in every slot"
+        if config.slot_positions == "per_slot"
+        else "positions 0..(k+1)·L−1",
+        pipeline_task="joint-ranking" if ranking else "joint-classification",
+        model_id=model_id,
+        query_key="question" if ranking else "claim",
+        query_example='"who wrote hamlet?"' if ranking else '"Hamlet is a comedy."',
+        candidate_key="candidates" if ranking else "evidences",
+        candidates_example='["Hamlet is a play.", "Shakespeare wrote Hamlet."]'
+        if ranking
+        else '["Hamlet is a tragedy by Shakespeare."]',
+        output_example="[{'candidate': 'Shakespeare wrote Hamlet.', 'score': ..., 'index': 1}, ...]"
+        if ranking
+        else "[{'label': '" + config.id2label[0] + "', 'score': ...}, ...]",
+        usage_note="More than k candidates are read k at a time. To re-rank the top k of a pairwise ranker (the cascade): "
+        "`as2hub.modeling.joint_ranking.JointRanker(model, tokenizer, pairwise=Ranker(...)).rank(question, candidates)`."
+        if ranking
+        else "The first k evidences are read. Labels: "
+        + ", ".join(config.id2label[i] for i in sorted(config.id2label))
+        + ".",
+        dataset=getattr(data_args, "dataset", "?"),
+        grouping=grouping_note,
+        results=_results_block(results),
     )

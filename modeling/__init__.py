@@ -1,6 +1,6 @@
 """as2hub models, registered with the Auto classes on import.
 
-    >>> import as2hub.modeling  # registers contextual_{roberta,electra,bert} and ssp_{roberta,electra,bert}
+    >>> import as2hub.modeling  # registers contextual_*, ssp_* and joint_* (roberta, electra, bert)
     >>> from transformers import AutoModelForSequenceClassification
     >>> model = AutoModelForSequenceClassification.from_pretrained("path/to/ranker")  # doctest: +SKIP
 
@@ -17,6 +17,7 @@ from .contextual_as2 import (
     ElectraForContextualAS2,
     RobertaForContextualAS2,
 )
+from .joint_multicandidate import JOINT_BACKBONES, JointMultiCandidateModel
 from .ssp_pretraining import (
     BertForSSPPretraining,
     ElectraForSSPPretraining,
@@ -37,7 +38,7 @@ CONTEXTUAL_MODELS = {
 
 def backbone_of(model_type: str) -> str:
     """``contextual_roberta`` / ``ssp_roberta`` / ``roberta`` -> ``roberta``: which family a checkpoint belongs to."""
-    for prefix in ("contextual_", "ssp_"):
+    for prefix in ("contextual_", "ssp_", "joint_"):
         model_type = model_type.removeprefix(prefix)
     return model_type
 
@@ -59,6 +60,17 @@ for _config_class, _model_class in CONTEXTUAL_MODELS.values():
 for _config_class, _model_class in SSP_MODELS.values():
     _register(_config_class, _model_class, (AutoModel, AutoModelForPreTraining))
 
+# Joint multi-candidate models (Di Liello et al., NAACL 2022): backbone -> (config class, model class). AutoModel gives
+# the fine-tuning class; AutoModelForPreTraining the MLM + MSPP class (JOINT_PRETRAINING_MODELS). No task Auto class:
+# ``*_k`` heads give one logit per candidate slot of one sequence, which is neither sequence classification nor
+# multiple choice, and stock pipelines cannot build the slot layout; the folder ships its own pipeline instead.
+JOINT_MODELS = {backbone: (config, model) for backbone, (config, model, _) in JOINT_BACKBONES.items()}
+JOINT_PRETRAINING_MODELS = {backbone: (config, model) for backbone, (config, _, model) in JOINT_BACKBONES.items()}
+for _config_class, _model_class in JOINT_MODELS.values():
+    _register(_config_class, _model_class, (AutoModel,))
+for _config_class, _model_class in JOINT_PRETRAINING_MODELS.values():
+    _register(_config_class, _model_class, (AutoModelForPreTraining,))
+
 __all__ = [
     "BertForContextualAS2",
     "BertForSSPPretraining",
@@ -71,6 +83,9 @@ __all__ = [
     "SSPRobertaConfig",
     "SSP_MODELS",
     "backbone_of",
+    "JOINT_MODELS",
+    "JOINT_PRETRAINING_MODELS",
+    "JointMultiCandidateModel",
     "ContextualBertConfig",
     "ContextualElectraConfig",
     "ContextualRobertaConfig",

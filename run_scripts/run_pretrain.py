@@ -15,6 +15,13 @@ Continuing a real checkpoint (any ``TrainingArguments`` flag works)::
     python -m as2hub.run_scripts.run_pretrain --model_type electra --model_name_or_path google/electra-base-discriminator \\
         --generator_name_or_path google/electra-base-generator --objective dslc --corpus wikipedia --text_field text
 
+Joint multi-candidate models (Di Liello et al., NAACL 2022) pre-train with MLM + MSPP (a sentence and k candidates in
+one pass; which candidates come from its paragraph?) and are then fine-tuned by ``run_joint.py``::
+
+    python -m as2hub.run_scripts.run_pretrain --objective mspp --joint_head AE_k --num_candidates 5 --slot_length 64 \
+        --model_type bert --model_name_or_path sentence-transformers/all-MiniLM-L6-v2 --corpus "wiki/*.txt"
+    python -m as2hub.run_scripts.run_joint --model_name_or_path outputs/pretrain --head AE_k --dataset wikiqa
+
 Examples are generated on the fly by default (fresh negatives every epoch, sharded across dataloader workers and
 ranks); ``--materialize`` generates them once with ``datasets.map`` (``--save_examples DIR`` keeps the shards).
 A held-out slice of the documents gives the evaluation set: MLM loss and sentence-level accuracy / AUC.
@@ -31,15 +38,17 @@ from transformers import AutoTokenizer, HfArgumentParser, PretrainedConfig, Trai
 from as2hub.data_collators import (
     OBJECTIVES,
     CorpusConfig,
+    JointCollator,
     PretrainingCollator,
     StructurePretrainingIterableDataset,
     default_max_length,
     generate_pretraining_dataset,
+    is_joint_objective,
     is_triplet_objective,
     load_documents,
 )
 from as2hub.hub_cards import render_pretraining_card
-from as2hub.modeling import SSP_MODELS
+from as2hub.modeling import JOINT_PRETRAINING_MODELS, SSP_MODELS
 from as2hub.run_scripts.common import CPUFriendlyArguments, load_checkpoint, setup_logging
 from as2hub.run_scripts.outputs import write_json_atomic, write_text_atomic
 from as2hub.run_scripts.ssp_trainer import SSPTrainer
@@ -72,6 +81,14 @@ class PretrainModelArguments:
         },
     )
     tokenizer_vocab_size: int = field(default=4000, metadata={"help": "Vocab of a tokenizer trained from scratch."})
+    joint_head: str = field(
+        default="AE_k", metadata={"help": "--objective mspp: the joint model's head, IE_k or AE_k (the paper: both)."}
+    )
+    num_candidates: int = field(default=5, metadata={"help": "--objective mspp: k, candidate slots per input."})
+    slot_length: int = field(default=64, metadata={"help": "--objective mspp: L, tokens per slot."})
+    slot_positions: str = field(
+        default="global", metadata={"help": "--objective mspp: 'global' positions (the paper) or 'per_slot'."}
+    )
 
 
 @dataclass
@@ -94,6 +111,11 @@ class PretrainDataArguments:
     validation_fraction: float = field(default=0.2, metadata={"help": "Held-out documents for evaluation."})
     eval_passes: int = field(default=10, metadata={"help": "Sampling passes over the held-out documents."})
     max_length: int | None = field(default=None, metadata={"help": "Default: 128 (SSP, triplets), 256 (SP, PSD)."})
+    mspp_positives: int = field(default=1, metadata={"help": "MSPP: candidates from the anchor's paragraph (k+)."})
+    mspp_hard_negatives: int = field(
+        default=2,
+        metadata={"help": "MSPP: candidates from other paragraphs of its document (k_hard); k_easy = the rest."},
+    )
     mlm_probability: float = 0.15
     whole_word_mask: bool = False
     preprocessing_num_workers: int | None = None
@@ -155,8 +177,47 @@ def _model_type(source: str) -> str | None:
     return PretrainedConfig.get_config_dict(source)[0].get("model_type")
 
 
+def build_joint_model(model_args: PretrainModelArguments, tokenizer, objective: str):
+    """A ``*ForJointPretraining`` model (MLM + MSPP): continued from a checkpoint, from a config, or tiny from scratch."""
+    if model_args.model_type not in JOINT_PRETRAINING_MODELS:
+        raise ValueError(
+            f"--model_type must be one of {sorted(JOINT_PRETRAINING_MODELS)}, got {model_args.model_type!r}"
+        )
+    if model_args.joint_head not in ("IE_k", "AE_k"):
+        raise ValueError(
+            f"--joint_head must be IE_k or AE_k (one MSPP label per candidate), got {model_args.joint_head!r}"
+        )
+    if model_args.generator_name_or_path:
+        raise ValueError(
+            "--generator_name_or_path does not apply to --objective mspp: the joint ELECTRA pre-trains an MLM head on "
+            "the discriminator (ELECTRA's generator + replaced-token detection is in the SSP models)"
+        )
+    config_class, model_class = JOINT_PRETRAINING_MODELS[model_args.model_type]
+    settings = {
+        "num_candidates": model_args.num_candidates,
+        "slot_length": model_args.slot_length,
+        "head": model_args.joint_head,
+        "slot_positions": model_args.slot_positions,
+        "token_type_init": model_args.token_type_init,
+        "pad_token_id": tokenizer.pad_token_id,
+        "mlm_weight": model_args.mlm_weight,
+        "mspp_weight": 0.0 if objective.startswith("mlm") else model_args.cls_weight,
+    }
+    if model_args.model_name_or_path:
+        return load_checkpoint(model_class, model_args.model_name_or_path, **settings)
+    if model_args.config_name:
+        config = config_class.from_pretrained(model_args.config_name, vocab_size=len(tokenizer), **settings)
+    else:
+        logger.warning("no --model_name_or_path: pre-training a tiny joint %s from scratch", model_args.model_type)
+        config = config_class(vocab_size=len(tokenizer), **TINY_ROBERTA, **settings)
+    return model_class(config)
+
+
 def build_model(model_args: PretrainModelArguments, tokenizer, objective: str):
-    """A ``*ForSSPPretraining`` model: continued from a checkpoint, from a config, or a tiny one from scratch."""
+    """A ``*ForSSPPretraining`` model (``*ForJointPretraining`` for MSPP): continued from a checkpoint, from a
+    config, or a tiny one from scratch."""
+    if is_joint_objective(objective):
+        return build_joint_model(model_args, tokenizer, objective)
     if model_args.model_type not in SSP_MODELS:
         raise ValueError(f"--model_type must be one of {sorted(SSP_MODELS)}, got {model_args.model_type!r}")
     config_class, model_class = SSP_MODELS[model_args.model_type]
@@ -197,6 +258,19 @@ def build_model(model_args: PretrainModelArguments, tokenizer, objective: str):
     return model_class(config)
 
 
+def mspp_counts(data_args: PretrainDataArguments, num_candidates: int) -> dict[str, int]:
+    """Generation arguments of MSPP: k+ positives, k_hard hard negatives, k_easy = k - k+ - k_hard easy ones."""
+    positives, hard = data_args.mspp_positives, data_args.mspp_hard_negatives
+    easy = num_candidates - positives - hard
+    if positives < 1 or hard < 0 or easy < 0:
+        raise ValueError(
+            f"MSPP fills k = {num_candidates} slots with --mspp_positives ({positives}, >= 1) + --mspp_hard_negatives "
+            f"({hard}) + easy negatives ({easy}, the rest): every count must be >= 0"
+        )
+    logger.info("MSPP candidates per example: %d positive, %d hard, %d easy", positives, hard, easy)
+    return {"num_positives": positives, "max_hard_negatives": hard, "num_negatives": hard + easy}
+
+
 def main(argv: list[str] | None = None) -> dict:
     parser = HfArgumentParser((PretrainModelArguments, PretrainDataArguments, PretrainTrainingArguments))
     model_args, data_args, training_args = parser.parse_args_into_dataclasses(args=argv)
@@ -214,15 +288,23 @@ def main(argv: list[str] | None = None) -> dict:
         style = TOKENIZER_STYLE[model_args.model_type]
         tokenizer = train_corpus_tokenizer(documents, style, model_args.tokenizer_vocab_size)
     model = build_model(model_args, tokenizer, data_args.objective)
-    collator = PretrainingCollator(
-        tokenizer,
-        max_length=data_args.max_length or default_max_length(data_args.objective),
-        mlm_probability=data_args.mlm_probability,
-        whole_word_mask=data_args.whole_word_mask,
-        num_token_types=model.config.type_vocab_size,
-    )
-
     generation = {"seed": training_args.seed, "documents_per_batch": data_args.documents_per_batch}
+    if is_joint_objective(data_args.objective):
+        if data_args.whole_word_mask:
+            raise ValueError("--whole_word_mask is not supported with --objective mspp (token-level masking only)")
+        collator = JointCollator.for_model(
+            tokenizer, model, mlm_probability=data_args.mlm_probability, label_name="sentence_labels"
+        )
+        generation.update(mspp_counts(data_args, model.config.num_candidates))
+    else:
+        collator = PretrainingCollator(
+            tokenizer,
+            max_length=data_args.max_length or default_max_length(data_args.objective),
+            mlm_probability=data_args.mlm_probability,
+            whole_word_mask=data_args.whole_word_mask,
+            num_token_types=model.config.type_vocab_size,
+        )
+
     if data_args.materialize:
         train_dataset = generate_pretraining_dataset(
             train_documents,
@@ -248,7 +330,7 @@ def main(argv: list[str] | None = None) -> dict:
         raise ValueError(
             f"objective {data_args.objective!r} produced no example from {len(train_documents)} training documents: "
             "its units need longer paragraphs or more of them (DSLC: paragraphs of 3+ sentences; PSD: documents with "
-            "2+ paragraphs; see the corpus filter counts logged above)"
+            "2+ paragraphs; MSPP: paragraphs of 2+ sentences; see the corpus filter counts logged above)"
         )
     eval_dataset = None
     if eval_documents is not None:
@@ -283,7 +365,7 @@ def main(argv: list[str] | None = None) -> dict:
     if trainer.is_world_process_zero():
         trainer.save_model()
         tokenizer.save_pretrained(training_args.output_dir)
-        if model_args.model_type == "electra":
+        if model_args.model_type == "electra" and not is_joint_objective(data_args.objective):
             model.export_discriminator(f"{training_args.output_dir}/discriminator")
             tokenizer.save_pretrained(f"{training_args.output_dir}/discriminator")
         card = render_pretraining_card(trainer.model, model_args, data_args, results)

@@ -1,12 +1,14 @@
 """A Trainer that logs each pre-training loss component and the sentence-level classification quality.
 
-Trainer only logs the total loss; the ``*ForSSPPretraining`` outputs also carry ``mlm_loss``, ``rtd_loss``,
+Trainer only logs the total loss; the ``*ForSSPPretraining`` (and joint ``*ForJointPretraining``) outputs also carry ``mlm_loss``, ``rtd_loss``,
 ``cls_loss``, ``cls_accuracy`` and ``rtd_accuracy``. They are averaged over the steps between two logs (training) or
 over the evaluation set, and logged beside ``loss``. Evaluation also reports the held-out classification accuracy, the
 majority-class rate it must beat, and two measures whose chance level is 0.5 whatever the class balance (the objectives
 sample 4 negatives per positive): ROC AUC, and balanced accuracy (mean of the per-class recalls) with the decision
 threshold at the class prior, i.e. "positive" when p(positive) exceeds the positive rate, the Bayes rule for a
-calibrated model scored on balanced classes.
+calibrated model scored on balanced classes. For the joint MSPP models (one logit per candidate slot) every filled
+slot counts as one item: ``cls_*`` are per-slot accuracy, AUC and balanced accuracy (1 positive and 4 negatives per
+example with the paper's counts).
 """
 
 from collections import defaultdict
@@ -81,7 +83,12 @@ class SSPTrainer(Trainer):
         self._accumulate("eval", outputs)
         labels = inputs.get("sentence_labels")
         logits = outputs.cls_logits.float()
-        scores = logits.view(-1) if logits.shape[-1] == 1 else logits[:, 1] - logits[:, 0]
+        if getattr(self.model.config, "candidate_head", False):
+            # Joint MSPP: one logit and one label per candidate slot, flattened (empty slots carry -100: dropped).
+            scores = logits.reshape(-1)
+            labels = labels.reshape(-1) if labels is not None else None
+        else:
+            scores = logits.view(-1) if logits.shape[-1] == 1 else logits[:, 1] - logits[:, 0]
         return outputs.loss.detach() if outputs.loss is not None else None, scores.detach(), labels
 
     def _classification_metrics(self, eval_prediction) -> dict[str, float]:

@@ -1,0 +1,461 @@
+"""Fine-tune and evaluate a joint multi-candidate model (Di Liello et al., NAACL 2022) with the HF Trainer.
+
+Answer sentence selection from every source ``run_as2.py`` reads (``wikiqa``, ``embedded``, JSONL/CSV/TSV files,
+``datasets`` paths), with the candidates of a question grouped into the k slots:
+
+- ``--grouping all`` (the paper's table 1): every candidate, in groups of k (empty slots in the last group);
+- ``--grouping top_k`` (table 2, the cascade): the top k of a pairwise model, from a column of the data files
+  (``--score_column``) or a saved pairwise ranker (``--pairwise_model``, a ``run_as2.py --pairwise`` folder). In
+  evaluation the joint model re-ranks the top k and the other candidates keep the pairwise order below them.
+
+Candidates are shuffled within each training group (seeded) and kept in order in evaluation; the best checkpoint is
+selected on dev MAP. Fact verification (``--task fv``) reads JSONL ``{"claim", "evidences": [...], "label"}`` (the
+first k evidences) and selects on dev label accuracy. Any ``TrainingArguments`` flag works. Examples::
+
+    python -m as2hub.run_scripts.run_joint    # a tiny joint RoBERTa from scratch on the embedded task (a demo)
+
+    python -m as2hub.run_scripts.run_joint --model_name_or_path sentence-transformers/all-MiniLM-L6-v2 \\
+        --dataset wikiqa --head AE_k --output_dir outputs/joint-minilm --learning_rate 2e-5 --num_train_epochs 3
+
+    python -m as2hub.run_scripts.run_joint --model_name_or_path outputs/mspp --dataset wikiqa --grouping top_k \\
+        --pairwise_model outputs/pairwise --output_dir outputs/cascade
+
+    python -m as2hub.run_scripts.run_joint --task fv --head AE_1 --model_name_or_path FacebookAI/roberta-base \\
+        --dataset fever_train.jsonl --validation_file fever_dev.jsonl --output_dir outputs/fever
+
+The output folder is Hub-ready (config with auto_map and ``custom_pipelines``, remote code, safetensors, tokenizer,
+model card), with ``all_results.json`` and ``test_predictions.jsonl`` (AS2: every test question with its candidates
+ranked, as ``run_as2.py`` writes them, plus ``stage`` in the cascade; FV: every claim with its label probabilities).
+"""
+
+import json
+import logging
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import datasets
+import numpy as np
+from transformers import (
+    AutoConfig,
+    AutoTokenizer,
+    EarlyStoppingCallback,
+    HfArgumentParser,
+    Trainer,
+    set_seed,
+)
+
+from as2hub.data_collators import (
+    FEVER_LABELS,
+    GROUPINGS,
+    AS2DataError,
+    JointCollator,
+    ScoreColumn,
+    group_candidates,
+    load_fv_data,
+)
+from as2hub.data_collators.joint_data import questions_in_order
+from as2hub.hub_cards import render_joint_card
+from as2hub.metrics import compute_as2_metrics
+from as2hub.modeling import JointMultiCandidateModel
+from as2hub.modeling.joint_multicandidate import JointRobertaConfig
+from as2hub.modeling.joint_multicandidate.configuration_joint_multicandidate import CANDIDATE_HEADS, HEADS
+from as2hub.modeling.joint_ranking import cascade_order
+from as2hub.run_scripts.as2_datasets import load_splits
+from as2hub.run_scripts.common import load_checkpoint, setup_logging
+from as2hub.run_scripts.outputs import save_hub_folder, write_json_atomic, write_ranked_predictions, write_text_atomic
+from as2hub.run_scripts.run_as2 import AS2TrainingArguments, add_lora
+from as2hub.run_scripts.tiny_defaults import TINY_ROBERTA, embedded_tokenizer
+
+logger = logging.getLogger("as2hub.run_joint")
+TASKS = ("as2", "fv")
+
+
+@dataclass
+class JointModelArguments:
+    model_name_or_path: str | None = field(
+        default=None,
+        metadata={"help": "RoBERTa, BERT-family (MiniLM) or ELECTRA checkpoint, or a joint / MSPP pre-trained folder."},
+    )
+    config_name: str | None = field(
+        default=None, metadata={"help": "Config to build a model from scratch (tokenizer: --tokenizer_name)."}
+    )
+    tokenizer_name: str | None = field(default=None, metadata={"help": "Defaults to the model's."})
+    head: str | None = field(
+        default=None,
+        metadata={"help": f"One of {HEADS}. Default: AE_k for AS2, AE_1 for fact verification."},
+    )
+    num_candidates: int = field(default=5, metadata={"help": "k: candidate slots per input (the paper: 5)."})
+    slot_length: int = field(default=64, metadata={"help": "L: tokens per slot (the paper: 64)."})
+    slot_positions: str = field(
+        default="global", metadata={"help": "'global' (0..(k+1)L-1, the paper) or 'per_slot' (restart per slot)."}
+    )
+    token_type_init: str = field(default="scratch", metadata={"help": "Init of the token-type rows grown to k+1."})
+    use_lora: bool = field(default=False, metadata={"help": "Fine-tune LoRA adapters (PEFT) instead of all weights."})
+    lora_r: int = 8
+    lora_alpha: int = 16
+    lora_dropout: float = 0.1
+    lora_target_modules: str = field(default="query,value", metadata={"help": "Comma-separated module names."})
+
+
+@dataclass
+class JointDataArguments:
+    task: str = field(
+        default="as2", metadata={"help": "'as2' (answer sentence selection) or 'fv' (fact verification)."}
+    )
+    dataset: str = field(
+        default="embedded",
+        metadata={
+            "help": "AS2: 'wikiqa', 'embedded' (built from Python's docs, runs anywhere), or a train file / `datasets` "
+            "path. FV: a train JSONL file."
+        },
+    )
+    validation_file: str | None = None
+    test_file: str | None = None
+    clean_eval: bool = field(
+        default=True, metadata={"help": "AS2: drop dev/test questions with only correct or only wrong candidates."}
+    )
+    grouping: str = field(default="all", metadata={"help": f"AS2 slot grouping: one of {GROUPINGS}."})
+    score_column: str | None = field(
+        default=None, metadata={"help": "top_k: a column of the data files holding pairwise scores."}
+    )
+    pairwise_model: str | None = field(
+        default=None,
+        metadata={"help": "top_k: a saved as2hub ranker (a run_as2.py output folder) that scores every candidate."},
+    )
+    pairwise_max_length: int = 256
+    pairwise_batch_size: int = 64
+    fv_labels: str = field(
+        default=",".join(FEVER_LABELS), metadata={"help": "FV label names, comma-separated, in label-index order."}
+    )
+    early_stopping_patience: int = field(default=5, metadata={"help": "Evaluations without a better dev metric."})
+    max_train_samples: int | None = field(default=None, metadata={"help": "AS2: rows (whole questions); FV: claims."})
+    max_eval_samples: int | None = None
+
+
+@dataclass
+class JointTrainingArguments(AS2TrainingArguments):
+    """``run_as2.py``'s TrainingArguments (the papers' fine-tuning defaults); the best checkpoint is selected on dev
+    MAP (AS2) or dev label accuracy (FV)."""
+
+    output_dir: str | None = field(default="outputs/joint")
+
+
+# ---------------------------------------------------------------------------------------------------------- checks
+
+
+def check_arguments(model_args: JointModelArguments, data_args: JointDataArguments) -> None:
+    """Argument errors, raised before any data is read or anything is written."""
+    if data_args.task not in TASKS:
+        raise ValueError(f"--task must be one of {TASKS}, got {data_args.task!r}")
+    if model_args.head is None:
+        model_args.head = "AE_k" if data_args.task == "as2" else "AE_1"
+    if model_args.head not in HEADS:
+        raise ValueError(f"--head must be one of {HEADS}, got {model_args.head!r}")
+    ranking = model_args.head in CANDIDATE_HEADS
+    if data_args.task == "as2" and not ranking:
+        raise ValueError(f"answer sentence selection ranks candidates: use --head IE_k or AE_k, not {model_args.head}")
+    if data_args.task == "fv" and ranking:
+        raise ValueError(
+            f"fact verification predicts one label per claim: use --head IE_1 or AE_1, not {model_args.head}"
+        )
+    if model_args.num_candidates < 1:
+        raise ValueError(f"--num_candidates (k) must be >= 1, got {model_args.num_candidates}")
+    if data_args.grouping not in GROUPINGS:
+        raise ValueError(f"--grouping must be one of {GROUPINGS}, got {data_args.grouping!r}")
+    if data_args.task == "fv" and data_args.grouping != "all":
+        raise ValueError("--grouping applies to AS2; fact verification reads the first k evidences of each claim")
+    if data_args.score_column and data_args.pairwise_model:
+        raise ValueError("pass --score_column or --pairwise_model, not both")
+
+
+# ---------------------------------------------------------------------------------------------------------- data
+
+
+def load_fv_splits(data_args: JointDataArguments) -> dict:
+    labels = tuple(name.strip() for name in data_args.fv_labels.split(","))
+    files = {"train": data_args.dataset, "validation": data_args.validation_file, "test": data_args.test_file}
+    splits = {name: load_fv_data(path, labels) for name, path in files.items() if path}
+    limits = {"train": data_args.max_train_samples, "validation": data_args.max_eval_samples}
+    for name, limit in limits.items():
+        if limit is not None and name in splits:
+            split = splits[name]
+            split.dataset = split.dataset.select(range(min(limit, len(split.dataset))))
+    return splits
+
+
+def pairwise_scores(data_args: JointDataArguments, splits: dict) -> dict[str, list[float]] | None:
+    """Pairwise score of every row of every split (``top_k`` grouping); None for ``all``."""
+    if data_args.grouping != "top_k":
+        return None
+    if data_args.score_column:
+        files = {"train": data_args.dataset, "validation": data_args.validation_file, "test": data_args.test_file}
+        return {
+            name: ScoreColumn(files[name], data_args.score_column).scores_for(split.dataset, split.source)
+            for name, split in splits.items()
+        }
+    if data_args.pairwise_model:
+        from as2hub.modeling.ranking import Ranker
+
+        ranker = Ranker.from_pretrained(
+            data_args.pairwise_model, max_length=data_args.pairwise_max_length, batch_size=data_args.pairwise_batch_size
+        )
+        scores = {}
+        for name, split in splits.items():
+            data = split.dataset
+            logger.info("scoring %d %s rows with the pairwise model %s", len(data), name, data_args.pairwise_model)
+            contexts = data["context"] if ranker.contextual else None
+            scores[name] = ranker.score_pairs(data["question"], data["candidate"], contexts).tolist()
+        return scores
+    raise AS2DataError(
+        f"{splits['train'].source}: --grouping top_k needs pairwise scores: pass --score_column (a column of the data "
+        "files) or --pairwise_model (a saved pairwise ranker)"
+    )
+
+
+def fv_groups(split, num_candidates: int) -> datasets.Dataset:
+    """Claims with their first k evidences (the count of dropped evidences is logged)."""
+    data = split.dataset
+    dropped = sum(max(0, len(evidences) - num_candidates) for evidences in data["evidences"])
+    if dropped:
+        logger.info(
+            "%s: %d evidences beyond the first %d of their claim are not read", split.source, dropped, num_candidates
+        )
+    return data.map(lambda row: {"evidences": row["evidences"][:num_candidates]}, desc="first k evidences")
+
+
+# ---------------------------------------------------------------------------------------------------------- metrics
+
+
+def row_scores(logits: np.ndarray, group_rows: list[list[int]], num_rows: int) -> np.ndarray:
+    """Per-row joint logits from per-group slot logits ``(groups, k)``; NaN for rows in no group."""
+    logits = np.asarray(logits[0] if isinstance(logits, (tuple, list)) else logits, dtype=np.float64)
+    scores = np.full(num_rows, np.nan)
+    for group, rows in enumerate(group_rows):
+        scores[rows] = logits[group, : len(rows)]
+    return scores
+
+
+def ranking_scores(joint: np.ndarray, question_ids: list[str], pairwise: list[float] | None) -> np.ndarray:
+    """Scores whose per-question order is the system's ranking: the joint logits (``all``), or for the cascade the
+    position in cascade order (top k by joint score, then the rest by pairwise score)."""
+    if pairwise is None:
+        return joint
+    scores = np.empty(len(question_ids))
+    for rows in questions_in_order(question_ids).values():
+        order = cascade_stages(rows, joint, pairwise)
+        for position, (row, _, _) in enumerate(order):
+            scores[row] = len(rows) - position
+    return scores
+
+
+def cascade_stages(rows: list[int], joint: np.ndarray, pairwise: list[float]):
+    """``(row, score, stage)`` of one question in cascade order (joint probability, or pairwise score below)."""
+    local_pairwise = [pairwise[row] for row in rows]
+    local_joint = {i: float(1 / (1 + np.exp(-joint[row]))) for i, row in enumerate(rows) if not np.isnan(joint[row])}
+    return [(rows[i], score, stage) for i, score, stage in cascade_order(local_pairwise, local_joint)]
+
+
+def make_as2_metrics(split_data: datasets.Dataset, groups: datasets.Dataset, pairwise: list[float] | None):
+    question_ids, labels = list(split_data["question_id"]), np.asarray(split_data["label"])
+    group_rows = list(groups["rows"])
+
+    def compute_metrics(eval_prediction) -> dict:
+        joint = row_scores(eval_prediction.predictions, group_rows, len(question_ids))
+        return compute_as2_metrics(question_ids, ranking_scores(joint, question_ids, pairwise), labels)
+
+    return compute_metrics
+
+
+def make_fv_metrics(split_data: datasets.Dataset, label_names: tuple[str, ...]):
+    gold = np.asarray(split_data["label"])
+
+    def compute_metrics(eval_prediction) -> dict:
+        predicted = fv_predictions(eval_prediction.predictions)
+        metrics = {"accuracy": float((predicted == gold).mean()), "num_claims": len(gold)}
+        for index, name in enumerate(label_names):
+            chosen = gold == index
+            if chosen.any():
+                metrics[f"recall_{name.lower().replace(' ', '_')}"] = float((predicted[chosen] == index).mean())
+        return metrics
+
+    return compute_metrics
+
+
+def fv_predictions(logits) -> np.ndarray:
+    logits = np.asarray(logits[0] if isinstance(logits, (tuple, list)) else logits)
+    return (logits[:, 0] > 0).astype(int) if logits.shape[-1] == 1 else logits.argmax(-1)
+
+
+# ---------------------------------------------------------------------------------------------------------- outputs
+
+
+def write_cascade_predictions(output_dir, data: datasets.Dataset, joint: np.ndarray, pairwise: list[float]) -> None:
+    """Like ``test_predictions.jsonl`` of run_as2, in cascade order, each candidate with the ``stage`` that placed it
+    and that stage's probability as ``score``."""
+    lines = []
+    for question_id, rows in questions_in_order(data["question_id"]).items():
+        ranking = [
+            {"candidate": data[row]["candidate"], "score": score, "label": data[row]["label"], "stage": stage}
+            for row, score, stage in cascade_stages(rows, joint, pairwise)
+        ]
+        lines.append(
+            json.dumps({"question_id": question_id, "question": data[rows[0]]["question"], "ranking": ranking})
+        )
+    write_text_atomic(Path(output_dir) / "test_predictions.jsonl", "\n".join(lines) + "\n")
+
+
+def write_fv_predictions(output_dir, data: datasets.Dataset, logits, label_names: tuple[str, ...]) -> None:
+    logits = np.asarray(logits[0] if isinstance(logits, (tuple, list)) else logits, dtype=np.float64)
+    if logits.shape[-1] == 1:
+        probabilities = 1 / (1 + np.exp(-logits))
+    else:
+        shifted = np.exp(logits - logits.max(-1, keepdims=True))
+        probabilities = shifted / shifted.sum(-1, keepdims=True)
+    lines = []
+    for row, probs in zip(data, probabilities):
+        scores = dict(zip(label_names, probs.tolist()))
+        lines.append(
+            json.dumps(
+                {
+                    "claim_id": row["claim_id"],
+                    "claim": row["claim"],
+                    "label": label_names[row["label"]],
+                    "predicted": max(scores, key=scores.get) if len(label_names) == len(scores) else None,
+                    "scores": scores,
+                }
+            )
+        )
+    write_text_atomic(Path(output_dir) / "test_predictions.jsonl", "\n".join(lines) + "\n")
+
+
+# ---------------------------------------------------------------------------------------------------------- model
+
+
+def load_model(model_args: JointModelArguments, tokenizer, label_names: tuple[str, ...] | None):
+    """The joint class of the checkpoint's backbone, from a checkpoint, a config (``--config_name``) or, with neither,
+    a tiny RoBERTa from scratch."""
+    overrides = {
+        "num_candidates": model_args.num_candidates,
+        "slot_length": model_args.slot_length,
+        "head": model_args.head,
+        "slot_positions": model_args.slot_positions,
+        "token_type_init": model_args.token_type_init,
+        "pad_token_id": tokenizer.pad_token_id,
+    }
+    if label_names is not None:
+        overrides["id2label"] = dict(enumerate(label_names))
+        overrides["label2id"] = {name: index for index, name in enumerate(label_names)}
+    if model_args.model_name_or_path:
+        model_class = JointMultiCandidateModel.checkpoint_class(model_args.model_name_or_path)
+        return load_checkpoint(model_class, model_args.model_name_or_path, **overrides)
+    if model_args.config_name:
+        config = AutoConfig.from_pretrained(model_args.config_name)
+        return JointMultiCandidateModel.from_config(config, vocab_size=len(tokenizer), **overrides)
+    logger.warning("no --model_name_or_path: training a tiny joint RoBERTa from scratch (a demo, not a useful model)")
+    config = JointRobertaConfig(vocab_size=len(tokenizer), **TINY_ROBERTA, **overrides)
+    return JointMultiCandidateModel.from_config(config)
+
+
+def main(argv: list[str] | None = None) -> dict:
+    parser = HfArgumentParser((JointModelArguments, JointDataArguments, JointTrainingArguments))
+    model_args, data_args, training_args = parser.parse_args_into_dataclasses(args=argv)
+    setup_logging()
+    set_seed(training_args.seed)
+    check_arguments(model_args, data_args)
+    as2 = data_args.task == "as2"
+    if not as2 and training_args.metric_for_best_model == "map":
+        training_args.metric_for_best_model = "accuracy"
+
+    # Read and validate every split, the model and the slot layout before anything is written.
+    splits = load_splits(data_args) if as2 else load_fv_splits(data_args)
+    label_names = None if as2 else splits["train"].labels
+    if as2 and data_args.grouping == "top_k" and not (data_args.score_column or data_args.pairwise_model):
+        pairwise_scores(data_args, splits)  # raises: no scores
+    if model_args.model_name_or_path or model_args.config_name:
+        tokenizer = AutoTokenizer.from_pretrained(
+            model_args.tokenizer_name or model_args.model_name_or_path or model_args.config_name
+        )
+    else:
+        tokenizer = embedded_tokenizer("roberta")
+    model = load_model(model_args, tokenizer, label_names)
+    collator = JointCollator.for_model(tokenizer, model)
+    scores = pairwise_scores(data_args, splits) if as2 else None
+    k = model.config.num_candidates
+    if as2:
+        groups = {
+            name: group_candidates(
+                split.dataset,
+                k,
+                data_args.grouping,
+                scores[name] if scores else None,
+                shuffle_seed=training_args.seed if name == "train" else None,
+            )
+            for name, split in splits.items()
+        }
+    else:
+        groups = {name: fv_groups(split, k) for name, split in splits.items()}
+    logger.info(
+        "model %s (head %s, k=%d, L=%d, %d token types); %s",
+        type(model).__name__,
+        model.config.head,
+        k,
+        model.config.slot_length,
+        model.config.type_vocab_size,
+        ", ".join(f"{name}: {len(splits[name].dataset)} rows in {len(group)} inputs" for name, group in groups.items()),
+    )
+    if model_args.use_lora:
+        model = add_lora(model, model_args)
+
+    def metrics_for(name: str):
+        if as2:
+            return make_as2_metrics(splits[name].dataset, groups[name], scores[name] if scores else None)
+        return make_fv_metrics(splits[name].dataset, label_names)
+
+    has_dev = "validation" in groups
+    if not has_dev:
+        logger.warning("no validation data: no early stopping, the last model is kept")
+        training_args.eval_strategy = "no"
+        training_args.load_best_model_at_end = False
+        if training_args.save_strategy == "best":
+            training_args.save_strategy = "epoch"
+    trainer = Trainer(
+        model=model,
+        args=training_args,
+        data_collator=collator,
+        train_dataset=groups["train"],
+        eval_dataset=groups.get("validation"),
+        compute_metrics=metrics_for("validation") if has_dev else None,
+        callbacks=[EarlyStoppingCallback(data_args.early_stopping_patience)] if has_dev else [],
+    )
+    train_result = trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
+    trainer.log_metrics("train", train_result.metrics)
+
+    results = {"train": train_result.metrics}
+    if has_dev:
+        results["dev"] = trainer.evaluate()
+        trainer.log_metrics("eval", results["dev"])
+    if "test" in groups:
+        trainer.compute_metrics = metrics_for("test")
+        prediction = trainer.predict(groups["test"], metric_key_prefix="test")
+        results["test"] = prediction.metrics
+        trainer.log_metrics("test", prediction.metrics)
+        test = splits["test"].dataset
+        if not as2:
+            write_fv_predictions(training_args.output_dir, test, prediction.predictions, label_names)
+        else:
+            joint = row_scores(prediction.predictions, list(groups["test"]["rows"]), len(test))
+            if scores:
+                write_cascade_predictions(training_args.output_dir, test, joint, scores["test"])
+            else:
+                write_ranked_predictions(training_args.output_dir, test, joint, trainer.model)
+    if trainer.is_world_process_zero():
+        save_hub_folder(
+            trainer.model, tokenizer, training_args.output_dir, model_args, data_args, results, render_joint_card
+        )
+        write_json_atomic(f"{training_args.output_dir}/all_results.json", results)
+    return results
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
