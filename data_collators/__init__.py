@@ -14,6 +14,15 @@ from .corpus import (
     load_documents,
     split_document,
 )
+from .hotpotqa import (
+    HotpotQACollator,
+    HotpotQAData,
+    HotpotQAEncoder,
+    HotpotQAError,
+    add_marker_tokens,
+    read_hotpotqa,
+    wikiqa_distractor,
+)
 from .pretraining_collator import PretrainingCollator, default_max_length, tokenize_pretraining
 from .pretraining_data import StructurePretrainingIterableDataset, example_features, generate_pretraining_dataset
 from .segment_layout import SegmentLayout, longest_first_lengths, pad_batch
@@ -41,6 +50,10 @@ __all__ = [
     "CorpusStats",
     "DOCUMENT_FEATURES",
     "EmptyCorpusError",
+    "HotpotQACollator",
+    "HotpotQAData",
+    "HotpotQAEncoder",
+    "HotpotQAError",
     "IGNORE_LABEL",
     "OBJECTIVES",
     "PAIR_OBJECTIVES",
@@ -48,6 +61,7 @@ __all__ = [
     "SegmentLayout",
     "StructurePretrainingIterableDataset",
     "TRIPLET_OBJECTIVES",
+    "add_marker_tokens",
     "default_corpus",
     "default_max_length",
     "derive_seed",
@@ -65,10 +79,12 @@ __all__ = [
     "longest_first_lengths",
     "pad_batch",
     "question_id_for",
+    "read_hotpotqa",
     "read_wikiqa",
     "split_document",
     "split_sentences",
     "tokenize_as2",
     "tokenize_pretraining",
     "train_tokenizer",
+    "wikiqa_distractor",
 ]

@@ -7,7 +7,18 @@
 from pathlib import Path
 
 from .as2_ranking import DEFAULT_K_VALUES, AS2Ranking, compute_as2_metrics, make_compute_metrics
+from .hotpotqa import best_spans, hotpotqa_evaluate, qe_map, select_supporting_facts
 
 METRIC_PATH: str = str(Path(__file__).resolve().parent / "as2_ranking.py")
 
-__all__ = ["AS2Ranking", "DEFAULT_K_VALUES", "METRIC_PATH", "compute_as2_metrics", "make_compute_metrics"]
+__all__ = [
+    "AS2Ranking",
+    "DEFAULT_K_VALUES",
+    "METRIC_PATH",
+    "best_spans",
+    "compute_as2_metrics",
+    "hotpotqa_evaluate",
+    "make_compute_metrics",
+    "qe_map",
+    "select_supporting_facts",
+]

@@ -1,13 +1,19 @@
 """as2hub models, registered with the Auto classes on import.
 
-    >>> import as2hub.modeling  # registers contextual_{roberta,electra,bert} and ssp_{roberta,electra,bert}
+    >>> import as2hub.modeling  # registers contextual_{roberta,electra,bert}, ssp_{roberta,electra,bert}, longformer_qe
     >>> from transformers import AutoModelForSequenceClassification
     >>> model = AutoModelForSequenceClassification.from_pretrained("path/to/ranker")  # doctest: +SKIP
 
 A saved model does not need as2hub: ``from_pretrained(folder, trust_remote_code=True)`` runs the code saved with it.
 """
 
-from transformers import AutoConfig, AutoModel, AutoModelForPreTraining, AutoModelForSequenceClassification
+from transformers import (
+    AutoConfig,
+    AutoModel,
+    AutoModelForPreTraining,
+    AutoModelForQuestionAnswering,
+    AutoModelForSequenceClassification,
+)
 
 from .contextual_as2 import (
     BertForContextualAS2,
@@ -17,6 +23,7 @@ from .contextual_as2 import (
     ElectraForContextualAS2,
     RobertaForContextualAS2,
 )
+from .longformer_qe import LongformerQEConfig, LongformerQEOutput, LongformerWithQEContrastive
 from .ssp_pretraining import (
     BertForSSPPretraining,
     ElectraForSSPPretraining,
@@ -58,12 +65,16 @@ for _config_class, _model_class in CONTEXTUAL_MODELS.values():
     _register(_config_class, _model_class)
 for _config_class, _model_class in SSP_MODELS.values():
     _register(_config_class, _model_class, (AutoModel, AutoModelForPreTraining))
+_register(LongformerQEConfig, LongformerWithQEContrastive, (AutoModel, AutoModelForQuestionAnswering))
 
 __all__ = [
     "BertForContextualAS2",
     "BertForSSPPretraining",
     "CONTEXTUAL_MODELS",
     "ElectraForSSPPretraining",
+    "LongformerQEConfig",
+    "LongformerQEOutput",
+    "LongformerWithQEContrastive",
     "RobertaForSSPPretraining",
     "SSPBertConfig",
     "SSPElectraConfig",
