@@ -427,7 +427,8 @@ def distractor_records(
 ) -> list[dict]:
     """HotpotQA-format records from AS2 rows (``question_id``, ``question``, ``candidate``, ``label``, ...): the
     context of a question is its own passage (its candidates in row order, i.e. document order) inserted at a random
-    place among ``num_distractors`` passages of other documents of ``passages`` (other titles too); the supporting
+    place among ``num_distractors`` passages of other documents of ``passages`` (other titles too; a document's
+    passage is the candidate list of its first question, which for WikiQA is every question's); the supporting
     facts are its correct candidates; the answer is empty (answer type ``none``); ``type`` is
     ``question_type_of(question)``; ``level`` is ``"distractor"``. Seeded per question: the same inputs always give
     the same records.

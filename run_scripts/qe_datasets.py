@@ -78,7 +78,11 @@ def load_qe_splits(data_args) -> dict[str, HotpotQAData]:
             splits["validation"] = read_hotpotqa(data_args.validation_file, skip_invalid=skip, split="validation")
         if data_args.test_file:
             splits["test"] = read_hotpotqa(data_args.test_file, skip_invalid=skip, split="test")
-    limits = {"train": data_args.max_train_samples, "validation": data_args.max_eval_samples}
+    limits = {
+        "train": data_args.max_train_samples,
+        "validation": data_args.max_eval_samples,
+        "test": getattr(data_args, "max_test_samples", None),
+    }
     for split, limit in limits.items():
         if limit is not None and split in splits and limit < len(splits[split]):
             data = splits[split]

@@ -20,8 +20,10 @@ answer type, supporting sentences and paragraphs, plus the question–evidence c
 converted by ``LongformerWithQEContrastive.from_short_encoder`` (``--max_position_embeddings``, ``--attention_window``).
 Every split is read, validated and encoded before anything is written. The output folder is Hub-ready (config with
 ``auto_map``, remote code, weights, tokenizer with the markers, model card) and holds ``all_results.json``,
-``trainer_state.json`` (the logged losses) and the predictions of the dev and test sets in the official HotpotQA format (``dev_predictions.json``,
-``test_predictions.json``: ``{"answer": {id: text}, "sp": {id: [[title, sent_id], ...]}}``).
+``trainer_state.json`` (the logged losses), the predictions of the dev and test sets in the official HotpotQA format
+(``dev_predictions.json``, ``test_predictions.json``: ``{"answer": {id: text}, "sp": {id: [[title, sent_id], ...]}}``)
+and every sentence's scores (``{dev,test}_sentence_scores.jsonl``: gold label, supporting-fact probability, QE
+similarity, raw marker cosine).
 """
 
 import dataclasses
@@ -159,6 +161,7 @@ class DataArguments:
     )
     max_train_samples: int | None = None
     max_eval_samples: int | None = None
+    max_test_samples: int | None = None
     early_stopping_patience: int = field(default=3, metadata={"help": "Evaluations without a better dev metric."})
     sp_threshold: float = field(default=0.5, metadata={"help": "Supporting sentence when its probability >= this."})
     sp_top_n_per_paragraph: int | None = field(default=None, metadata={"help": "At most n facts per paragraph."})
@@ -300,11 +303,12 @@ class QEEvaluator:
         self.with_answers = any(example["answer"].strip() for example in self.gold)
         self.data_args = data_args
         self.predictions: dict = {}
+        self.sentence_scores: list[dict] = []
 
     def __call__(self, eval_pred) -> dict:
         predictions = eval_pred.predictions
         spans, answer_type_logits, sentence_logits, _, similarity, raw_similarity = (np.asarray(p) for p in predictions)
-        answers, facts = {}, {}
+        answers, facts, self.sentence_scores = {}, {}, []
         qe_rows = {"ids": [], "scores": [], "raw": [], "head": [], "labels": [], "types": []}
         for i, info in enumerate(self.infos):
             count = len(info.sentence_keys)
@@ -327,6 +331,17 @@ class QEEvaluator:
             qe_rows["head"] += probabilities.tolist()
             qe_rows["labels"] += list(self.sentence_labels[i][:count])
             qe_rows["types"] += [self.question_types[i]] * count
+            self.sentence_scores.append(
+                {
+                    "id": info.id,
+                    "question_type": self.question_types[i],
+                    "sentences": [list(key) for key in info.sentence_keys],
+                    "labels": list(self.sentence_labels[i][:count]),
+                    "sp_probability": probabilities.tolist(),
+                    "qe_similarity": similarity[i, :count].tolist(),
+                    "raw_cosine": raw_similarity[i, :count].tolist(),
+                }
+            )
         self.predictions = {"answer": answers, "sp": facts}
         metrics = hotpotqa_evaluate(self.predictions, self.gold)
         for name, scores in (("qe", "scores"), ("qe_raw_cosine", "raw"), ("sp_head", "head")):
@@ -405,17 +420,19 @@ def main(argv: list[str] | None = None) -> dict:
         "data": {name: {"source": split.source, **split.stats} for name, split in splits.items()},
         "encoding": {name: stats.as_dict() for name, (_, _, stats) in encoded.items()},
     }
-    predictions = {}
+    predictions, sentence_scores = {}, {}
     if has_dev:
         results["dev"] = trainer.evaluate()
         trainer.log_metrics("eval", results["dev"])
         predictions["dev"] = evaluators["validation"].predictions
+        sentence_scores["dev"] = evaluators["validation"].sentence_scores
     if "test" in encoded:
         trainer.compute_metrics = evaluators["test"]
         prediction = trainer.predict(encoded["test"][0], metric_key_prefix="test")
         results["test"] = prediction.metrics
         trainer.log_metrics("test", prediction.metrics)
         predictions["test"] = evaluators["test"].predictions
+        sentence_scores["test"] = evaluators["test"].sentence_scores
     if trainer.is_world_process_zero():
         output_dir = training_args.output_dir
         card = render_longformer_qe_card(
@@ -428,6 +445,8 @@ def main(argv: list[str] | None = None) -> dict:
         save_hub_folder(trainer.model, tokenizer, output_dir, model_args, data_args, results, card=card)
         for name, prediction in predictions.items():
             write_json_atomic(f"{output_dir}/{name}_predictions.json", prediction)
+            lines = "".join(json.dumps(row) + "\n" for row in sentence_scores[name])
+            write_text_atomic(f"{output_dir}/{name}_sentence_scores.jsonl", lines)
         state = json.dumps(dataclasses.asdict(trainer.state), indent=2, sort_keys=True, default=str)
         write_text_atomic(f"{output_dir}/trainer_state.json", state + "\n")
         write_json_atomic(f"{output_dir}/all_results.json", results)

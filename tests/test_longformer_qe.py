@@ -138,6 +138,24 @@ def hand_qe_loss(model, batch) -> float:
     return sum(losses) / len(losses)
 
 
+def test_config_defaults_and_validation():
+    config = LongformerQEConfig(hidden_size=64, num_attention_heads=2)
+    assert config.question_types == config.answer_types == ["span", "yes", "no"]
+    assert config.question_type_key == "answer_type" and config.qe_similarity == "projected_cosine"
+    assert (config.contrastive_weight, config.qe_temperatures, config.qe_dropout) == (0.2, [0.2, 0.2, 0.2], 0.1)
+    assert config.qe_projection_dim == 64 and config.qe_wrong_type_negatives and not config.qe_single_projection
+    for bad, message in (
+        ({"qe_similarity": "l2"}, "qe_similarity must be one of"),
+        ({"qe_temperatures": [0.2, 0.4]}, "2 values for 3 question types"),
+        ({"qe_temperatures": [0.2, 0.0, 0.1]}, "must be positive"),
+        ({"contrastive_weight": 1.5}, r"must be in \[0, 1\]"),
+        ({"question_type_key": "level"}, "question_type_key must be one of"),
+        ({"answer_types": ["span", "none"]}, "must not contain 'none'"),
+    ):
+        with pytest.raises(ValueError, match=message):
+            LongformerQEConfig(**bad)
+
+
 ABLATIONS = {
     "paper": {},
     "no_wrong_type_negatives": {"qe_wrong_type_negatives": False},

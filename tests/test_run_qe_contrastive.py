@@ -7,11 +7,11 @@ import random
 import pytest
 import torch
 from helpers import needs_wikiqa
-from transformers import AutoModelForQuestionAnswering, AutoTokenizer
+from transformers import AutoModelForQuestionAnswering, AutoTokenizer, HfArgumentParser
 
 from as2hub.data_collators import HotpotQAError
 from as2hub.run_scripts import run_qe_contrastive
-from as2hub.run_scripts.qe_datasets import embedded_distractor
+from as2hub.run_scripts.qe_datasets import load_qe_splits
 
 PEOPLE = ["Ada", "Bruno", "Clara", "Dmitri", "Elena", "Farid", "Greta", "Hugo"]
 CITIES = ["Oslo", "Lima", "Kyoto", "Cairo", "Quito", "Porto", "Dakar", "Perth"]
@@ -85,6 +85,9 @@ def test_tiny_model_trains_on_a_hotpotqa_file_and_saves_a_hub_folder(tmp_path):
         assert set(prediction["answer"]) == set(prediction["sp"]) == {f"ex{i}" for i in range(8)}
         for facts in prediction["sp"].values():
             assert all(isinstance(t, str) and isinstance(k, int) for t, k in facts)
+        scores = [json.loads(line) for line in (out / f"{split}_sentence_scores.jsonl").read_text().splitlines()]
+        assert [row["id"] for row in scores] == [f"ex{i}" for i in range(8)]
+        assert all(len(row["labels"]) == len(row["qe_similarity"]) == len(row["sentences"]) == 6 for row in scores)
     assert results["encoding"]["train"]["examples"] == 8
 
     config = json.loads((out / "config.json").read_text())
@@ -116,7 +119,8 @@ def test_baseline_from_a_short_encoder_with_lora_and_skipped_examples(tmp_path, 
     assert results["encoding"]["train"]["examples"] == 7
     config = json.loads((out / "config.json").read_text())
     assert config["contrastive_weight"] == 0.0 and config["max_position_embeddings"] == 256 + 1
-    assert (out / "lora_adapter" / "adapter_config.json").is_file()
+    adapter = json.loads((out / "lora_adapter" / "adapter_config.json").read_text())
+    assert {"qa_outputs", "sentence_head", "qe", "word_embeddings"} <= set(adapter["modules_to_save"])
     assert "lora" not in " ".join(AutoModelForQuestionAnswering.from_pretrained(out).state_dict())
 
 
@@ -131,11 +135,33 @@ def test_bad_input_stops_before_anything_is_written(tmp_path):
     argv = ["--dataset", write(tmp_path / "ok.jsonl", hotpot_records()), "--output_dir", str(out)]
     with pytest.raises(HotpotQAError, match=r"example 'ex0': max_length=24 .* would be truncated away"):
         run_qe_contrastive.main(argv + ["--max_length", "24", "--tokenizer_vocab_size", "300"])
+    with pytest.raises(HotpotQAError, match=r"every example was skipped \(\{'truncated_evidence': 8\}\)"):
+        run_qe_contrastive.main(argv + ["--max_length", "24", "--truncated_evidence", "skip"])
     assert not out.exists()
 
 
+def test_defaults_follow_the_paper_and_the_house_style():
+    parser = HfArgumentParser(
+        (run_qe_contrastive.ModelArguments, run_qe_contrastive.DataArguments, run_qe_contrastive.QETrainingArguments)
+    )
+    model_args, data_args, training_args = parser.parse_args_into_dataclasses(args=[])
+    assert training_args.learning_rate == 1e-4 and training_args.max_grad_norm == 1.0
+    assert training_args.metric_for_best_model == "sp_f1" and training_args.greater_is_better
+    assert data_args.dataset == "embedded" and data_args.early_stopping_patience == 3
+    assert run_qe_contrastive.qe_overrides(model_args) == {}  # a checkpoint's own settings are kept
+    flags = ["--qe_temperatures", "0.2,0.4,0.6", "--contrastive_weight", "0", "--qe_wrong_type_negatives", "False"]
+    model_args = parser.parse_args_into_dataclasses(args=flags)[0]
+    assert run_qe_contrastive.qe_overrides(model_args) == {
+        "qe_temperatures": [0.2, 0.4, 0.6],
+        "contrastive_weight": 0.0,
+        "qe_wrong_type_negatives": False,
+    }
+
+
 def test_embedded_evidence_task_records():
-    data = embedded_distractor("validation")
+    splits = load_qe_splits(run_qe_contrastive.DataArguments())
+    assert sorted(splits) == ["test", "train", "validation"]
+    data = splits["validation"]
     rows = data.dataset.to_list()
     assert len(rows) == 74 and data.stats["num_distractors"] == 2
     for row in rows:
@@ -147,7 +173,7 @@ def test_embedded_evidence_task_records():
 
 @needs_wikiqa()
 def test_wikiqa_distractor_is_a_dataset_choice():
-    from as2hub.run_scripts.qe_datasets import default_question_types, load_qe_splits
+    from as2hub.run_scripts.qe_datasets import default_question_types
 
     args = run_qe_contrastive.DataArguments(dataset="wikiqa_distractor", num_distractors=2, max_train_samples=5)
     splits = load_qe_splits(args)

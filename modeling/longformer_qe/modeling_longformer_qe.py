@@ -17,8 +17,9 @@ and the sentence markers ``<sent>``. A ``LongformerModel`` encodes it; the heads
 
       L_QE_i = -log Σ_{s+ ∈ evidence} exp(sim(s+, q)/τ_k) / Σ_{s ∈ all} exp(sim(s, q)/τ_k)         (Eq. 1)
 
-  where "all" also holds the evidence projected with the other types' matrices (§3.2's extra negatives, at τ_k);
-  averaged over the examples that have evidence in the input (the others are left out: never NaN).
+  where "all" also holds the evidence projected with the other types' matrices (§3.2's extra negatives, at τ_k;
+  only the evidence, as in the authors' released code); averaged over the examples that have evidence in the input
+  (the others are left out: never NaN). q is the ``[q]`` marker's state (the released code takes the first token).
 
 ``loss = (1 - λ) · L_QA + λ · L_QE`` with L_QA the weighted sum of the four head losses (§3.1).
 
