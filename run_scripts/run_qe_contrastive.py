@@ -285,7 +285,12 @@ def add_lora(model, model_args: ModelArguments):
 
 def preprocess_logits_for_metrics(logits, labels, n_best: int = 20, max_answer_length: int = 30):
     """Keep what decoding needs: the best span of each row instead of the (batch, length) start / end logits."""
-    outputs = dict(zip(PREDICTION_FIELDS, logits if isinstance(logits, tuple) else (logits,)))
+    logits = logits if isinstance(logits, tuple) else (logits,)
+    if len(logits) != len(PREDICTION_FIELDS):
+        raise ValueError(
+            f"expected the model's {len(PREDICTION_FIELDS)} outputs {PREDICTION_FIELDS}, got {len(logits)}"
+        )
+    outputs = dict(zip(PREDICTION_FIELDS, logits))
     spans = best_spans(outputs.pop("start_logits"), outputs.pop("end_logits"), n_best, max_answer_length)
     return (spans, *outputs.values())
 

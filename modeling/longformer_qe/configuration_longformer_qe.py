@@ -89,7 +89,6 @@ class LongformerQEConfig(LongformerConfig):
     answer_type_loss_weight: float = 1.0
     sentence_loss_weight: float = 1.0
     paragraph_loss_weight: float = 1.0
-    max_answer_length: int = 30
     marker_token_ids: dict[str, int] | None = None
 
     def __post_init__(self, **kwargs):
