@@ -149,9 +149,10 @@ def best_spans(
     start_logits: torch.Tensor, end_logits: torch.Tensor, top_k: int = 20, max_answer_length: int = 30
 ) -> torch.Tensor:
     """Best (start, end) per row among the ``top_k`` starts × ``top_k`` ends with ``start <= end`` and at most
-    ``max_answer_length`` tokens, by ``start_logit + end_logit``. Positions whose logit is the dtype's minimum (the
-    model's masked positions) never win. Returns ``(batch, 3)`` float: start, end, score; ``(-1, -1, -inf)`` when a
-    row has no valid span.
+    ``max_answer_length`` tokens, by ``start_logit + end_logit``. Positions whose start logit is the dtype's minimum
+    (the model's masked positions: markers, question, padding) are never part of a span, so a span stays inside one
+    title or sentence. Returns ``(batch, 3)`` float: start, end, score; ``(-1, -1, -inf)`` when a row has no valid
+    span.
 
     Example:
         >>> best_spans(torch.tensor([[0.0, 5.0, 1.0]]), torch.tensor([[9.0, 0.0, 4.0]]), top_k=3, max_answer_length=2)
@@ -166,6 +167,8 @@ def best_spans(
     masked = torch.finfo(torch.float32).min / 2
     valid = (length >= 0) & (length < max_answer_length)
     valid &= (start_scores[:, :, None] > masked) & (end_scores[:, None, :] > masked)
+    blocked = (start_logits <= masked).long().cumsum(dim=-1)  # masked positions up to each token
+    valid &= blocked.gather(1, ends)[:, None, :] == blocked.gather(1, starts)[:, :, None]
     scores = scores.masked_fill(~valid, float("-inf"))
     best = scores.flatten(1).argmax(dim=-1)
     best_score = scores.flatten(1).gather(1, best[:, None]).squeeze(1)

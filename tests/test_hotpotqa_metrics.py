@@ -97,6 +97,12 @@ def test_best_spans_by_hand():
     assert spans[1, :2].tolist() == [-1.0, -1.0] and math.isinf(spans[1, 2].item())  # nothing valid
     # With spans of one token at most, (0, 0) = 9 wins over (1, 2).
     assert best_spans(start, end, top_k=4, max_answer_length=1)[0].tolist() == [0.0, 0.0, 9.0]
+    # A span never crosses a masked position (a marker between two sentences): (0, 3) = 10 is refused.
+    start = torch.tensor([[6.0, lowest, 1.0, 0.0]])
+    end = torch.tensor([[0.0, lowest, 0.0, 4.0]])
+    assert best_spans(start, end, top_k=4, max_answer_length=5)[0].tolist() == [0.0, 0.0, 6.0]
+    start[0, 0] = -3.0  # now (0, 0) = -3 loses to (2, 3) = 5
+    assert best_spans(start, end, top_k=4, max_answer_length=5)[0].tolist() == [2.0, 3.0, 5.0]
 
 
 def test_select_supporting_facts():

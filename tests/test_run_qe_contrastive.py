@@ -75,6 +75,10 @@ def test_tiny_model_trains_on_a_hotpotqa_file_and_saves_a_hub_folder(tmp_path):
     assert last < 0.7 * first, (first, last)
     qe = [entry["eval_qe_map"] for entry in state["log_history"] if "eval_qe_map" in entry]
     assert len(qe) == 3  # two evaluations while training, then the best model's
+    # The model has learnt its training questions: decoded answer spans and supporting facts mostly right.
+    assert results["dev"]["eval_f1"] >= 0.5 and results["dev"]["eval_sp_f1"] >= 0.5
+    answers = json.loads((out / "dev_predictions.json").read_text())["answer"]
+    assert sum(answers[f"ex{i}"] == CITIES[i] for i in range(8) if i % 4 != 3) >= 3
 
     for split, prefix in (("dev", "eval_"), ("test", "test_")):
         assert {"sp_f1", "f1", "joint_f1", "qe_map", "qe_map_span", "qe_raw_cosine_map"} <= {
