@@ -113,7 +113,7 @@ class HotpotQAData:
 
 
 class _Skip(Exception):
-    """A record that ``skip_invalid=True`` drops (the reason is the message)."""
+    """A record that ``skip_invalid=True`` drops: ``reason`` is the counter key, the message says why."""
 
     def __init__(self, reason: str, message: str):
         super().__init__(message)
