@@ -79,3 +79,24 @@ def format_table(headers: list[str], rows: list[list]) -> str:
     lines = ["| " + " | ".join(c.ljust(w) for c, w in zip(row, widths)) + " |" for row in cells]
     lines.insert(1, "|" + "|".join("-" * (w + 2) for w in widths) + "|")
     return "\n".join(lines)
+
+
+def paired_bootstrap_metrics(a: dict, b: dict, metrics, resamples: int = 10000, seed: int = 0) -> dict:
+    """a - b for every metric of per-question dicts (question -> {metric: value}), with a 95% percentile interval from
+    resampling the questions both share (paired); the generic form of bench_wikiqa_quality's ``paired_bootstrap``."""
+    import numpy as np
+
+    questions = sorted(set(a) & set(b))
+    picks = np.random.default_rng(seed).integers(0, len(questions), size=(resamples, len(questions)))
+    out = {"num_questions": len(questions), "resamples": resamples}
+    for name in metrics:
+        diff = np.array([a[q][name] - b[q][name] for q in questions])
+        low, high = np.percentile(diff[picks].mean(axis=1), [2.5, 97.5])
+        out[name] = {
+            "diff": float(diff.mean()),
+            "ci95": [float(low), float(high)],
+            "zero_in_ci95": bool(low <= 0.0 <= high),
+            "questions_a_better": int((diff > 0).sum()),
+            "questions_b_better": int((diff < 0).sum()),
+        }
+    return out

@@ -17,6 +17,15 @@ from .corpus import (
 from .fv_data import FEVER_LABELS, FactVerificationDataError, FVData, load_fv_data
 from .joint_collator import JointCollator
 from .joint_data import GROUPINGS, ScoreColumn, group_candidates
+from .hotpotqa import (
+    HotpotQACollator,
+    HotpotQAData,
+    HotpotQAEncoder,
+    HotpotQAError,
+    add_marker_tokens,
+    read_hotpotqa,
+    wikiqa_distractor,
+)
 from .pretraining_collator import PretrainingCollator, default_max_length, tokenize_pretraining
 from .pretraining_data import StructurePretrainingIterableDataset, example_features, generate_pretraining_dataset
 from .segment_layout import SegmentLayout, longest_first_lengths, pad_batch
@@ -46,6 +55,10 @@ __all__ = [
     "CorpusStats",
     "DOCUMENT_FEATURES",
     "EmptyCorpusError",
+    "HotpotQACollator",
+    "HotpotQAData",
+    "HotpotQAEncoder",
+    "HotpotQAError",
     "IGNORE_LABEL",
     "OBJECTIVES",
     "PAIR_OBJECTIVES",
@@ -53,6 +66,7 @@ __all__ = [
     "SegmentLayout",
     "StructurePretrainingIterableDataset",
     "TRIPLET_OBJECTIVES",
+    "add_marker_tokens",
     "default_corpus",
     "default_max_length",
     "derive_seed",
@@ -70,6 +84,7 @@ __all__ = [
     "longest_first_lengths",
     "pad_batch",
     "question_id_for",
+    "read_hotpotqa",
     "read_wikiqa",
     "split_document",
     "split_sentences",
@@ -86,4 +101,5 @@ __all__ = [
     "group_candidates",
     "is_joint_objective",
     "load_fv_data",
+    "wikiqa_distractor",
 ]

@@ -120,3 +120,23 @@ def render_joint_card(model, model_args, data_args, results: dict, model_id: str
         grouping=grouping_note,
         results=_results_block(results),
     )
+
+
+def render_longformer_qe_card(
+    model, model_args, data_args, results: dict, max_length: int, model_id: str = "path/to/this/folder"
+) -> str:
+    config = model.config
+    return _template("longformer_qe.md").format(
+        model_name=getattr(model_args, "model_name_or_path", None) or "as2hub long-context QA model",
+        architecture=type(model).__name__,
+        base_model=getattr(model_args, "model_name_or_path", None) or "a tiny Longformer trained from scratch",
+        contrastive_weight=config.contrastive_weight,
+        qe_similarity=config.qe_similarity,
+        question_types=", ".join(config.question_types),
+        question_type_key=config.question_type_key,
+        temperatures=", ".join(f"{t:g}" for t in config.qe_temperatures),
+        model_id=model_id,
+        dataset=getattr(data_args, "dataset", "?"),
+        max_length=max_length,
+        results=_results_block(results),
+    )

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from .as2_ranking import DEFAULT_K_VALUES, AS2Ranking, compute_as2_metrics, make_compute_metrics
 from .baselines import bm25_scores, expected_random_metrics, random_scores
+from .hotpotqa import best_spans, hotpotqa_evaluate, qe_map, select_supporting_facts
 
 METRIC_PATH: str = str(Path(__file__).resolve().parent / "as2_ranking.py")
 
@@ -15,9 +16,13 @@ __all__ = [
     "AS2Ranking",
     "DEFAULT_K_VALUES",
     "METRIC_PATH",
+    "best_spans",
     "bm25_scores",
     "compute_as2_metrics",
     "expected_random_metrics",
+    "hotpotqa_evaluate",
     "make_compute_metrics",
+    "qe_map",
     "random_scores",
+    "select_supporting_facts",
 ]

@@ -1,13 +1,19 @@
 """as2hub models, registered with the Auto classes on import.
 
-    >>> import as2hub.modeling  # registers contextual_*, ssp_* and joint_* (roberta, electra, bert)
+    >>> import as2hub.modeling  # registers contextual_*, ssp_*, joint_* (roberta, electra, bert) and longformer_qe
     >>> from transformers import AutoModelForSequenceClassification
     >>> model = AutoModelForSequenceClassification.from_pretrained("path/to/ranker")  # doctest: +SKIP
 
 A saved model does not need as2hub: ``from_pretrained(folder, trust_remote_code=True)`` runs the code saved with it.
 """
 
-from transformers import AutoConfig, AutoModel, AutoModelForPreTraining, AutoModelForSequenceClassification
+from transformers import (
+    AutoConfig,
+    AutoModel,
+    AutoModelForPreTraining,
+    AutoModelForQuestionAnswering,
+    AutoModelForSequenceClassification,
+)
 
 from .contextual_as2 import (
     BertForContextualAS2,
@@ -18,6 +24,7 @@ from .contextual_as2 import (
     RobertaForContextualAS2,
 )
 from .joint_multicandidate import JOINT_BACKBONES, JointMultiCandidateModel
+from .longformer_qe import LongformerQEConfig, LongformerQEOutput, LongformerWithQEContrastive
 from .ssp_pretraining import (
     BertForSSPPretraining,
     ElectraForSSPPretraining,
@@ -59,6 +66,7 @@ for _config_class, _model_class in CONTEXTUAL_MODELS.values():
     _register(_config_class, _model_class)
 for _config_class, _model_class in SSP_MODELS.values():
     _register(_config_class, _model_class, (AutoModel, AutoModelForPreTraining))
+_register(LongformerQEConfig, LongformerWithQEContrastive, (AutoModel, AutoModelForQuestionAnswering))
 
 # Joint multi-candidate models (Di Liello et al., NAACL 2022): backbone -> (config class, model class). AutoModel gives
 # the fine-tuning class; AutoModelForPreTraining the MLM + MSPP class (JOINT_PRETRAINING_MODELS). No task Auto class:
@@ -76,6 +84,9 @@ __all__ = [
     "BertForSSPPretraining",
     "CONTEXTUAL_MODELS",
     "ElectraForSSPPretraining",
+    "LongformerQEConfig",
+    "LongformerQEOutput",
+    "LongformerWithQEContrastive",
     "RobertaForSSPPretraining",
     "SSPBertConfig",
     "SSPElectraConfig",

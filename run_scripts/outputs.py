@@ -55,9 +55,12 @@ def write_ranked_predictions(output_dir, dataset, logits, model, name: str = "te
     write_text_atomic(Path(output_dir) / name, "\n".join(lines) + "\n")
 
 
-def save_hub_folder(model, tokenizer, output_dir, model_args, data_args, results, render_card=None) -> None:
-    """Config with auto_map, remote code, safetensors, tokenizer and model card (``render_card``, default the
-    contextual AS2 card); LoRA adapters saved then merged."""
+def save_hub_folder(
+    model, tokenizer, output_dir, model_args, data_args, results, render_card=None, card: str | None = None
+) -> None:
+    """Config with auto_map, remote code, safetensors, tokenizer and model card (``card``, else
+    ``render_card(model, model_args, data_args, results)``, default the contextual AS2 card); LoRA adapters saved then
+    merged."""
     output_dir = Path(output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(dir=output_dir, prefix=".staging-"))
@@ -67,7 +70,8 @@ def save_hub_folder(model, tokenizer, output_dir, model_args, data_args, results
             model = model.merge_and_unload()
         model.save_pretrained(staging)
         tokenizer.save_pretrained(staging)
-        card = (render_card or render_model_card)(model, model_args, data_args, results)
+        if card is None:
+            card = (render_card or render_model_card)(model, model_args, data_args, results)
         (staging / "README.md").write_text(card)
         for item in staging.iterdir():
             target = output_dir / item.name

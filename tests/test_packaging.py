@@ -21,7 +21,7 @@ def test_only_the_as2hub_namespace_is_installed():
 ALLOWED = {"torch", "transformers", "huggingface_hub", *sys.stdlib_module_names}
 
 
-@pytest.mark.parametrize("folder", ["contextual_as2", "ssp_pretraining", "joint_multicandidate"])
+@pytest.mark.parametrize("folder", ["contextual_as2", "ssp_pretraining", "joint_multicandidate", "longformer_qe"])
 def test_remote_code_folders_import_only_torch_transformers_and_siblings(folder):
     root = Path(as2hub.modeling.__file__).parent / folder
     if not root.is_dir():

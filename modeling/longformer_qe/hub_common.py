@@ -1,0 +1,1 @@
+../contextual_as2/hub_common.py

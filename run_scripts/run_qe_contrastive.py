@@ -1,0 +1,462 @@
+"""Fine-tune and evaluate :class:`~as2hub.modeling.LongformerWithQEContrastive` with the HF Trainer: answer span,
+answer type, supporting sentences and paragraphs, plus the question–evidence contrastive loss of Caciularu et al.
+(NAACL 2022). Any ``TrainingArguments`` flag works. Examples::
+
+    # no arguments: a tiny Longformer from scratch on the embedded evidence task (Python's docs), a couple of minutes
+    python -m as2hub.run_scripts.run_qe_contrastive
+
+    # HotpotQA distractor with a Longformer checkpoint (the paper's setup: lr 1e-4, 5 epochs, 100 warmup steps)
+    python -m as2hub.run_scripts.run_qe_contrastive --model_name_or_path allenai/longformer-base-4096 \\
+        --dataset hotpot_train_v1.1.json --validation_file hotpot_dev_distractor_v1.json \\
+        --contrastive_weight 0.2 --qe_temperatures 0.2,0.2,0.2 --metric_for_best_model joint_f1 \\
+        --learning_rate 1e-4 --num_train_epochs 5 --warmup_steps 100 --gradient_checkpointing \\
+        --skip_invalid_examples --output_dir outputs/longformer-hotpotqa
+
+    # WikiQA as an evidence task, MiniLM turned into a Longformer; --contrastive_weight 0 is the baseline
+    python -m as2hub.run_scripts.run_qe_contrastive --model_name_or_path sentence-transformers/all-MiniLM-L6-v2 \\
+        --dataset wikiqa_distractor --max_position_embeddings 4096 --attention_window 256 --output_dir outputs/qe
+
+``--model_name_or_path`` may be a Longformer (or saved ``longformer_qe``) checkpoint, or a RoBERTa / BERT-family one,
+converted by ``LongformerWithQEContrastive.from_short_encoder`` (``--max_position_embeddings``, ``--attention_window``).
+Every split is read, validated and encoded before anything is written. The output folder is Hub-ready (config with
+``auto_map``, remote code, weights, tokenizer with the markers, model card) and holds ``all_results.json``,
+``trainer_state.json`` (the logged losses), the predictions of the dev and test sets in the official HotpotQA format
+(``dev_predictions.json``, ``test_predictions.json``: ``{"answer": {id: text}, "sp": {id: [[title, sent_id], ...]}}``)
+and every sentence's scores (``{dev,test}_sentence_scores.jsonl``: gold label, supporting-fact probability, QE
+similarity, raw marker cosine).
+"""
+
+import dataclasses
+import functools
+import json
+import logging
+import sys
+from dataclasses import dataclass, field
+
+import numpy as np
+import transformers
+from transformers import (
+    AutoConfig,
+    AutoTokenizer,
+    EarlyStoppingCallback,
+    HfArgumentParser,
+    Trainer,
+    TrainingArguments,
+    set_seed,
+)
+
+from as2hub.data_collators.hotpotqa import (
+    HotpotQACollator,
+    HotpotQAEncoder,
+    add_marker_tokens,
+    to_official_gold,
+)
+from as2hub.hub_cards import render_longformer_qe_card
+from as2hub.metrics.hotpotqa import best_spans, hotpotqa_evaluate, qe_map, select_supporting_facts
+from as2hub.modeling import LongformerQEConfig, LongformerWithQEContrastive
+from as2hub.run_scripts.outputs import save_hub_folder, write_json_atomic, write_text_atomic
+from as2hub.run_scripts.qe_datasets import default_question_types, load_qe_splits
+from as2hub.run_scripts.tiny_defaults import train_corpus_tokenizer
+
+logger = logging.getLogger("as2hub.run_qe_contrastive")
+
+TINY_LONGFORMER = {
+    "hidden_size": 64,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 2,
+    "intermediate_size": 256,
+    "attention_window": 64,
+    "max_position_embeddings": 2048 + 2,
+}
+LABEL_NAMES = ["sentence_labels", "paragraph_labels", "start_positions", "end_positions", "answer_type_labels"]
+# Order of the predictions Trainer gathers: LongformerQEOutput's fields minus the config's keys_to_ignore_at_inference.
+PREDICTION_FIELDS = (
+    "start_logits",
+    "end_logits",
+    "answer_type_logits",
+    "sentence_logits",
+    "paragraph_logits",
+    "sentence_similarity",
+    "raw_similarity",
+)
+
+
+@dataclass
+class ModelArguments:
+    model_name_or_path: str | None = field(
+        default=None,
+        metadata={"help": "Longformer / longformer_qe checkpoint, or a RoBERTa / BERT-family one (converted)."},
+    )
+    config_name: str | None = field(default=None, metadata={"help": "LongformerQEConfig to build from scratch."})
+    tokenizer_name: str | None = field(default=None, metadata={"help": "Defaults to the model's."})
+    max_position_embeddings: int = field(default=4096, metadata={"help": "Tokens a converted short encoder reads."})
+    attention_window: int = field(default=512, metadata={"help": "Local window of a converted short encoder."})
+    contrastive_weight: float | None = field(
+        default=None, metadata={"help": "λ in (1-λ)·L_QA + λ·L_QE (default 0.2; 0 = the baseline)."}
+    )
+    qe_similarity: str | None = field(
+        default=None, metadata={"help": "projected_cosine (Eq. 3, default), bilinear (Eq. 2), cosine or dot."}
+    )
+    qe_projection_dim: int | None = field(default=None, metadata={"help": "d, d/2, d/4 or d/8 (default d)."})
+    qe_temperatures: str | None = field(
+        default=None, metadata={"help": "τ per question type, comma-separated, or one value (default 0.2)."}
+    )
+    qe_shared_temperature: bool | None = field(default=None, metadata={"help": "Ablation: one τ for all types."})
+    qe_learnable_temperature: bool | None = field(default=None, metadata={"help": "Train τ (log space)."})
+    qe_single_projection: bool | None = field(default=None, metadata={"help": "Ablation: one W for all types."})
+    qe_wrong_type_negatives: bool | None = field(
+        default=None, metadata={"help": "Evidence projected with the other types' W as negatives (default True)."}
+    )
+    question_types: str | None = field(
+        default=None,
+        metadata={
+            "help": "Comma-separated question types (default: span,yes,no for HotpotQA files; the question word "
+            "for wikiqa_distractor and embedded)."
+        },
+    )
+    question_type_key: str | None = field(
+        default=None, metadata={"help": "Record field naming the type: answer_type or type."}
+    )
+    marker_init: str = field(default="random", metadata={"help": "New marker embeddings: random (paper) or mean."})
+    tokenizer_vocab_size: int = field(default=4000, metadata={"help": "Vocab of a tokenizer trained from scratch."})
+    use_lora: bool = field(default=False, metadata={"help": "Fine-tune LoRA adapters (PEFT) instead of all weights."})
+    lora_r: int = 8
+    lora_alpha: int = 16
+    lora_dropout: float = 0.1
+    lora_target_modules: str = field(
+        default="query,value,query_global,value_global", metadata={"help": "Comma-separated module names."}
+    )
+
+
+@dataclass
+class DataArguments:
+    dataset: str = field(
+        default="embedded",
+        metadata={
+            "help": "A HotpotQA-format train file (JSON / JSONL) or `datasets` path, 'wikiqa_distractor' (WikiQA from "
+            "../shared/data/wikiqa or $AS2HUB_WIKIQA_DIR as an evidence task), or 'embedded' (Python's docs)."
+        },
+    )
+    validation_file: str | None = None
+    test_file: str | None = None
+    num_distractors: int | None = field(
+        default=None, metadata={"help": "Distractor passages of the built-in tasks (wikiqa_distractor 9, embedded 2)."}
+    )
+    dataset_seed: int = field(default=0, metadata={"help": "Seed of the distractor sampling."})
+    max_length: int | None = field(default=None, metadata={"help": "Tokens per input (default: the model's)."})
+    max_question_length: int = 64
+    skip_invalid_examples: bool = field(
+        default=False,
+        metadata={
+            "help": "Skip (log and count) examples with bad supporting facts, an answer not in the context, an "
+            "unknown question type, instead of stopping."
+        },
+    )
+    truncated_evidence: str = field(
+        default="error",
+        metadata={
+            "help": "Training examples whose evidence max_length would cut: error, skip or keep. Evaluation "
+            "always keeps them (the cut evidence counts as missed)."
+        },
+    )
+    max_train_samples: int | None = None
+    max_eval_samples: int | None = None
+    max_test_samples: int | None = None
+    early_stopping_patience: int = field(default=3, metadata={"help": "Evaluations without a better dev metric."})
+    sp_threshold: float = field(default=0.5, metadata={"help": "Supporting sentence when its probability >= this."})
+    sp_top_n_per_paragraph: int | None = field(default=None, metadata={"help": "At most n facts per paragraph."})
+    max_answer_length: int = field(default=30, metadata={"help": "Longest answer span, in tokens."})
+    n_best: int = field(default=20, metadata={"help": "Top starts × top ends searched for the span."})
+
+
+@dataclass
+class QETrainingArguments(TrainingArguments):
+    """TrainingArguments for long-context QA: the paper's learning rate (1e-4, appendix B.2), clip 1.0, best model by
+    dev supporting-fact F1 (defined for every dataset; pass ``--metric_for_best_model joint_f1`` for HotpotQA)."""
+
+    output_dir: str | None = field(default="outputs/qe_contrastive")
+    eval_strategy: str = field(default="epoch")
+    save_strategy: str = field(default="best")
+    load_best_model_at_end: bool = field(default=True)
+    metric_for_best_model: str | None = field(default="sp_f1")
+    greater_is_better: bool | None = field(default=True)
+    save_total_limit: int | None = field(default=2)
+    report_to: None | str | list[str] = field(default="none")
+    logging_steps: float = field(default=10)
+    learning_rate: float = field(default=1e-4)
+    per_device_train_batch_size: int = field(default=4)
+    per_device_eval_batch_size: int = field(default=4)
+    # The encoded datasets hold columns the forward does not name (ids, labels lists); the collator reads them.
+    remove_unused_columns: bool = field(default=False)
+    label_names: list[str] | None = field(default_factory=lambda: list(LABEL_NAMES))
+    max_grad_norm: float = field(default=1.0)
+
+
+def qe_overrides(model_args: ModelArguments) -> dict:
+    """The config fields given on the command line (the others keep the checkpoint's or the default values)."""
+    overrides = {
+        name: getattr(model_args, name)
+        for name in (
+            "contrastive_weight",
+            "qe_similarity",
+            "qe_projection_dim",
+            "qe_shared_temperature",
+            "qe_learnable_temperature",
+            "qe_single_projection",
+            "qe_wrong_type_negatives",
+            "question_type_key",
+        )
+        if getattr(model_args, name) is not None
+    }
+    if model_args.qe_temperatures is not None:
+        values = [float(v) for v in model_args.qe_temperatures.split(",") if v.strip()]
+        overrides["qe_temperatures"] = values[0] if len(values) == 1 else values
+    if model_args.question_types is not None:
+        overrides["question_types"] = [t.strip() for t in model_args.question_types.split(",") if t.strip()]
+    return overrides
+
+
+def build_model(model_args: ModelArguments, data_args: DataArguments, splits: dict):
+    """(model, tokenizer): a checkpoint, a converted short encoder, a config from scratch, or the tiny default."""
+    overrides = qe_overrides(model_args)
+    types, key = default_question_types(data_args.dataset)
+    fresh_heads = {"question_types": types, "question_type_key": key}
+    source = model_args.model_name_or_path
+    if source:
+        tokenizer = AutoTokenizer.from_pretrained(model_args.tokenizer_name or source)
+        model_type = AutoConfig.from_pretrained(source).model_type
+        if model_type == LongformerQEConfig.model_type:
+            model = LongformerWithQEContrastive.from_pretrained(source, **overrides)
+        elif model_type == "longformer":
+            model = LongformerWithQEContrastive.from_pretrained(source, **{**fresh_heads, **overrides})
+        else:
+            logger.info("converting the %s checkpoint %s to a Longformer", model_type, source)
+            model = LongformerWithQEContrastive.from_short_encoder(
+                source,
+                max_position_embeddings=model_args.max_position_embeddings,
+                attention_window=model_args.attention_window,
+                **{**fresh_heads, **overrides},
+            )
+            tokenizer.model_max_length = model_args.max_position_embeddings
+    elif model_args.config_name:
+        if not model_args.tokenizer_name:
+            raise ValueError("--config_name needs --tokenizer_name")
+        tokenizer = AutoTokenizer.from_pretrained(model_args.tokenizer_name)
+        config = LongformerQEConfig.from_pretrained(
+            model_args.config_name, vocab_size=len(tokenizer), **{**fresh_heads, **overrides}
+        )
+        model = LongformerWithQEContrastive(config)
+    else:
+        logger.warning("no --model_name_or_path: training a tiny Longformer from scratch (a demo, not a useful model)")
+        documents = (
+            {"paragraphs": [[row["question"]], *row["context"]["sentences"], row["context"]["title"]]}
+            for row in splits["train"].dataset
+        )
+        tokenizer = train_corpus_tokenizer(documents, "roberta", model_args.tokenizer_vocab_size)
+        config = LongformerQEConfig(
+            vocab_size=len(tokenizer),
+            pad_token_id=tokenizer.pad_token_id,
+            bos_token_id=tokenizer.cls_token_id,
+            eos_token_id=tokenizer.sep_token_id,
+            sep_token_id=tokenizer.sep_token_id,
+            **TINY_LONGFORMER,
+            **{**fresh_heads, **overrides},
+        )
+        model = LongformerWithQEContrastive(config)
+    add_marker_tokens(tokenizer, model, init=model_args.marker_init)
+    return model, tokenizer
+
+
+def add_lora(model, model_args: ModelArguments):
+    from peft import LoraConfig, get_peft_model
+
+    lora = LoraConfig(
+        r=model_args.lora_r,
+        lora_alpha=model_args.lora_alpha,
+        lora_dropout=model_args.lora_dropout,
+        target_modules=[name.strip() for name in model_args.lora_target_modules.split(",")],
+        # The heads, the QE projections and the (new) marker embeddings are not pretrained: train them fully.
+        modules_to_save=["qa_outputs", "answer_type_head", "sentence_head", "paragraph_head", "qe", "word_embeddings"],
+    )
+    model = get_peft_model(model, lora)
+    model.print_trainable_parameters()
+    return model
+
+
+def preprocess_logits_for_metrics(logits, labels, n_best: int = 20, max_answer_length: int = 30):
+    """Keep what decoding needs: the best span of each row instead of the (batch, length) start / end logits."""
+    logits = logits if isinstance(logits, tuple) else (logits,)
+    if len(logits) != len(PREDICTION_FIELDS):
+        raise ValueError(
+            f"expected the model's {len(PREDICTION_FIELDS)} outputs {PREDICTION_FIELDS}, got {len(logits)}"
+        )
+    outputs = dict(zip(PREDICTION_FIELDS, logits))
+    spans = best_spans(outputs.pop("start_logits"), outputs.pop("end_logits"), n_best, max_answer_length)
+    return (spans, *outputs.values())
+
+
+class QEEvaluator:
+    """Trainer ``compute_metrics``: decodes answers and supporting facts, scores them with the official HotpotQA
+    metrics, and adds the QE diagnostic (mAP of ranking sentences by question–sentence similarity, per type)."""
+
+    def __init__(self, features, infos, gold_dataset, config, data_args: DataArguments):
+        self.infos = infos
+        self.gold = to_official_gold(gold_dataset)
+        self.sentence_labels = features["sentence_labels"]
+        self.question_types = [config.question_types[k] for k in features["question_type"]]
+        self.answer_types = config.answer_types
+        self.with_answers = any(example["answer"].strip() for example in self.gold)
+        self.data_args = data_args
+        self.predictions: dict = {}
+        self.sentence_scores: list[dict] = []
+
+    def __call__(self, eval_pred) -> dict:
+        predictions = eval_pred.predictions
+        spans, answer_type_logits, sentence_logits, _, similarity, raw_similarity = (np.asarray(p) for p in predictions)
+        answers, facts, self.sentence_scores = {}, {}, []
+        qe_rows = {"ids": [], "scores": [], "raw": [], "head": [], "labels": [], "types": []}
+        for i, info in enumerate(self.infos):
+            count = len(info.sentence_keys)
+            probabilities = 1.0 / (1.0 + np.exp(-sentence_logits[i, :count].astype(np.float64)))
+            chosen = select_supporting_facts(
+                probabilities,
+                info.sentence_paragraph,
+                threshold=self.data_args.sp_threshold,
+                top_n_per_paragraph=self.data_args.sp_top_n_per_paragraph,
+            )
+            facts[info.id] = [list(info.sentence_keys[j]) for j in chosen]
+            answer = ""
+            if self.with_answers:
+                kind = self.answer_types[int(answer_type_logits[i].argmax())]
+                answer = kind if kind in ("yes", "no") else info.span_text(int(spans[i, 0]), int(spans[i, 1]))
+            answers[info.id] = answer
+            qe_rows["ids"] += [info.id] * count
+            qe_rows["scores"] += similarity[i, :count].tolist()
+            qe_rows["raw"] += raw_similarity[i, :count].tolist()
+            qe_rows["head"] += probabilities.tolist()
+            qe_rows["labels"] += list(self.sentence_labels[i][:count])
+            qe_rows["types"] += [self.question_types[i]] * count
+            self.sentence_scores.append(
+                {
+                    "id": info.id,
+                    "question_type": self.question_types[i],
+                    "sentences": [list(key) for key in info.sentence_keys],
+                    "labels": list(self.sentence_labels[i][:count]),
+                    "sp_probability": probabilities.tolist(),
+                    "qe_similarity": similarity[i, :count].tolist(),
+                    "raw_cosine": raw_similarity[i, :count].tolist(),
+                }
+            )
+        self.predictions = {"answer": answers, "sp": facts}
+        metrics = hotpotqa_evaluate(self.predictions, self.gold)
+        for name, scores in (("qe", "scores"), ("qe_raw_cosine", "raw"), ("sp_head", "head")):
+            diagnostic = qe_map(qe_rows["ids"], qe_rows[scores], qe_rows["labels"], qe_rows["types"])
+            metrics.update({f"{name}_{key}": value for key, value in diagnostic.items() if key != "num_questions"})
+        return metrics
+
+
+def main(argv: list[str] | None = None) -> dict:
+    parser = HfArgumentParser((ModelArguments, DataArguments, QETrainingArguments))
+    model_args, data_args, training_args = parser.parse_args_into_dataclasses(args=argv)
+    logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
+    transformers.utils.logging.set_verbosity_warning()
+    set_seed(training_args.seed)
+
+    # Read, validate and encode every split before anything is written.
+    splits = load_qe_splits(data_args)
+    model, tokenizer = build_model(model_args, data_args, splits)
+    config = model.config
+    encoder_kwargs = {
+        "max_question_length": data_args.max_question_length,
+        "skip_invalid": data_args.skip_invalid_examples,
+    }
+    encoded = {}
+    for name, split in splits.items():
+        policy = data_args.truncated_evidence if name == "train" else "keep"
+        encoder = HotpotQAEncoder.from_config(
+            tokenizer, config, data_args.max_length, truncated_evidence=policy, **encoder_kwargs
+        )
+        encoded[name] = encoder.encode_dataset(split, description=f"{name} ({split.source})")
+    max_length = encoder.max_length
+    window = max(config.attention_window) if isinstance(config.attention_window, list) else config.attention_window
+    collator = HotpotQACollator(tokenizer, pad_to_multiple_of=window)
+    logger.info(
+        "model %s: λ=%s, similarity %s, question types %s (field %r), τ %s; max_length %d",
+        type(model).__name__,
+        config.contrastive_weight,
+        config.qe_similarity,
+        config.question_types,
+        config.question_type_key,
+        config.qe_temperatures,
+        max_length,
+    )
+    if model_args.use_lora:
+        model = add_lora(model, model_args)
+
+    has_dev = "validation" in encoded
+    if not has_dev:
+        logger.warning("no validation data: no early stopping, the last model is kept")
+        training_args.eval_strategy = "no"
+        training_args.load_best_model_at_end = False
+        if training_args.save_strategy == "best":
+            training_args.save_strategy = "epoch"
+    evaluators = {
+        name: QEEvaluator(encoded[name][0], encoded[name][1], splits[name].dataset, config, data_args)
+        for name in ("validation", "test")
+        if name in encoded
+    }
+    trainer = Trainer(
+        model=model,
+        args=training_args,
+        data_collator=collator,
+        train_dataset=encoded["train"][0],
+        eval_dataset=encoded["validation"][0] if has_dev else None,
+        compute_metrics=evaluators.get("validation"),
+        preprocess_logits_for_metrics=functools.partial(
+            preprocess_logits_for_metrics, n_best=data_args.n_best, max_answer_length=data_args.max_answer_length
+        ),
+        callbacks=[EarlyStoppingCallback(data_args.early_stopping_patience)] if has_dev else [],
+    )
+    train_result = trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
+    trainer.log_metrics("train", train_result.metrics)
+
+    results = {
+        "train": train_result.metrics,
+        "data": {name: {"source": split.source, **split.stats} for name, split in splits.items()},
+        "encoding": {name: stats.as_dict() for name, (_, _, stats) in encoded.items()},
+    }
+    predictions, sentence_scores = {}, {}
+    if has_dev:
+        results["dev"] = trainer.evaluate()
+        trainer.log_metrics("eval", results["dev"])
+        predictions["dev"] = evaluators["validation"].predictions
+        sentence_scores["dev"] = evaluators["validation"].sentence_scores
+    if "test" in encoded:
+        trainer.compute_metrics = evaluators["test"]
+        prediction = trainer.predict(encoded["test"][0], metric_key_prefix="test")
+        results["test"] = prediction.metrics
+        trainer.log_metrics("test", prediction.metrics)
+        predictions["test"] = evaluators["test"].predictions
+        sentence_scores["test"] = evaluators["test"].sentence_scores
+    if trainer.is_world_process_zero():
+        output_dir = training_args.output_dir
+        card = render_longformer_qe_card(
+            trainer.model.get_base_model() if model_args.use_lora else trainer.model,
+            model_args,
+            data_args,
+            {k: v for k, v in results.items() if k in ("dev", "test")},
+            max_length,
+        )
+        save_hub_folder(trainer.model, tokenizer, output_dir, model_args, data_args, results, card=card)
+        for name, prediction in predictions.items():
+            write_json_atomic(f"{output_dir}/{name}_predictions.json", prediction)
+            lines = "".join(json.dumps(row) + "\n" for row in sentence_scores[name])
+            write_text_atomic(f"{output_dir}/{name}_sentence_scores.jsonl", lines)
+        state = json.dumps(dataclasses.asdict(trainer.state), indent=2, sort_keys=True, default=str)
+        write_text_atomic(f"{output_dir}/trainer_state.json", state + "\n")
+        write_json_atomic(f"{output_dir}/all_results.json", results)
+    return results
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
