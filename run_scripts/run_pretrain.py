@@ -18,6 +18,8 @@ Continuing a real checkpoint (any ``TrainingArguments`` flag works)::
 Examples are generated on the fly by default (fresh negatives every epoch, sharded across dataloader workers and
 ranks); ``--materialize`` generates them once with ``datasets.map`` (``--save_examples DIR`` keeps the shards).
 A held-out slice of the documents gives the evaluation set: MLM loss and sentence-level accuracy / AUC.
+``--push_to_hub --hub_model_id namespace/name`` publishes the result at the end of the run (or later:
+``as2hub-push OUTPUT_DIR namespace/name``); ``run_as2.py --model_name_or_path namespace/name`` fine-tunes it.
 """
 
 import functools
@@ -38,10 +40,10 @@ from as2hub.data_collators import (
     is_triplet_objective,
     load_documents,
 )
-from as2hub.hub_cards import render_pretraining_card
 from as2hub.modeling import SSP_MODELS
 from as2hub.run_scripts.common import CPUFriendlyArguments, load_checkpoint, setup_logging
-from as2hub.run_scripts.outputs import write_json_atomic, write_text_atomic
+from as2hub.run_scripts.outputs import write_json_atomic
+from as2hub.run_scripts.publishing import HubArguments, HubPush, component, record_run
 from as2hub.run_scripts.ssp_trainer import SSPTrainer
 from as2hub.run_scripts.tiny_defaults import TINY_ROBERTA, train_corpus_tokenizer
 
@@ -198,9 +200,10 @@ def build_model(model_args: PretrainModelArguments, tokenizer, objective: str):
 
 
 def main(argv: list[str] | None = None) -> dict:
-    parser = HfArgumentParser((PretrainModelArguments, PretrainDataArguments, PretrainTrainingArguments))
-    model_args, data_args, training_args = parser.parse_args_into_dataclasses(args=argv)
+    parser = HfArgumentParser((PretrainModelArguments, PretrainDataArguments, PretrainTrainingArguments, HubArguments))
+    model_args, data_args, training_args, hub_args = parser.parse_args_into_dataclasses(args=argv)
     setup_logging()
+    push = HubPush.from_args(training_args, hub_args)  # --push_to_hub: checked now, one validated push at the end
     if data_args.objective not in OBJECTIVES:
         raise SystemExit(f"unknown --objective {data_args.objective!r}: use one of {', '.join(OBJECTIVES)}")
     set_seed(training_args.seed)
@@ -281,14 +284,31 @@ def main(argv: list[str] | None = None) -> dict:
         results["eval"] = trainer.evaluate()
         trainer.log_metrics("eval", results["eval"])
     if trainer.is_world_process_zero():
+        out = training_args.output_dir
         trainer.save_model()
-        tokenizer.save_pretrained(training_args.output_dir)
+        tokenizer.save_pretrained(out)
+        components = {}
         if model_args.model_type == "electra":
-            model.export_discriminator(f"{training_args.output_dir}/discriminator")
-            tokenizer.save_pretrained(f"{training_args.output_dir}/discriminator")
-        card = render_pretraining_card(trainer.model, model_args, data_args, results)
-        write_text_atomic(f"{training_args.output_dir}/README.md", card)
-        write_json_atomic(f"{training_args.output_dir}/pretrain_results.json", results)
+            exported = model.export_discriminator(f"{out}/discriminator")
+            tokenizer.save_pretrained(f"{out}/discriminator")
+            auto = "AutoModelForSequenceClassification"
+            components["discriminator"] = component("discriminator", exported, tokenizer, auto, trust_remote_code=False)
+        write_json_atomic(f"{out}/pretrain_results.json", results)
+        arguments = {"model": model_args, "data": data_args, "training": training_args}
+        reference = {"auto_class": "AutoModelForPreTraining", "config_overrides": {"return_mlm_logits": True}}
+        record_run(
+            out,
+            "ssp_pretraining",
+            model,
+            tokenizer,
+            arguments,
+            results,
+            "pretrain_results.json",
+            components,
+            **reference,
+        )
+        if push:
+            push(out)
     return results
 
 
