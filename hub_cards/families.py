@@ -129,10 +129,21 @@ batch = tokenizer(["Who wrote Hamlet?"], ["Hamlet was written by William Shakesp
 model(**batch).logits.sigmoid()  # probability of "correct"
 ```
 
-Fine-tune it further (full or with PEFT/LoRA) with as2hub:
+Fine-tune it further with PEFT/LoRA (the head and the segment embeddings trained fully, as as2hub does):
+
+```python
+from peft import LoraConfig, get_peft_model
+from transformers import AutoModelForSequenceClassification
+
+model = AutoModelForSequenceClassification.from_pretrained("{model_id}", trust_remote_code=True)
+lora = LoraConfig(r=8, lora_alpha=16, target_modules=["query", "value"],
+                  modules_to_save=["classifier", "token_type_embeddings"])
+model = get_peft_model(model, lora)  # then train it with the Trainer on tokenized (question, candidate) pairs
+```
+
+or, with as2hub installed, with its fine-tuning script (early stopping on dev MAP, contexts, LoRA):
 
 ```bash
-pip install as2hub
 python -m as2hub.run_scripts.run_as2 --model_name_or_path {model_id} --dataset data/train.jsonl \\
     --validation_file data/dev.jsonl --output_dir ranker [--use_lora]
 ```"""
@@ -281,11 +292,10 @@ model = AutoModelForSequenceClassification.from_pretrained("{model_id}", subfold
         if electra
         else ""
     )
-    return f"""Fine-tune it for (contextual) answer sentence selection with as2hub: the encoder and the sentence head
-load into the AS2 cross-encoder (the token-type table is grown for the context segment if needed):
+    return f"""Fine-tune it for (contextual) answer sentence selection with as2hub installed: the encoder and the
+sentence head load into the AS2 cross-encoder (the token-type table is grown for the context segment if needed):
 
 ```bash
-pip install as2hub
 python -m as2hub.run_scripts.run_as2 --model_name_or_path {model_id} --dataset wikiqa --output_dir ranker
 ```
 

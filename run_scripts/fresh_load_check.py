@@ -5,7 +5,8 @@ imports only the standard library, torch, transformers (and peft for a LoRA adap
 published repository has. For each component of the spec (the model at the root, a LoRA adapter, a ``discriminator/``
 subfolder, ...) it:
 
-1. loads the config, and resolves every ``auto_map`` entry to a class of the folder's own code (remote code);
+1. loads the config, and resolves every ``auto_map`` entry (and ``custom_pipelines`` implementation) to a class of
+   the folder's own code (remote code);
 2. loads the model with the component's Auto class (``trust_remote_code`` when the folder ships code), and reports any
    missing, unexpected or mismatched weight (a LoRA adapter is loaded onto its named base model with PEFT);
 3. loads the tokenizer, tokenizes the reference inputs, runs the model and compares every floating-point output with
@@ -55,6 +56,12 @@ def summarise_outputs(outputs) -> dict:
 
 
 def tokenize(tokenizer, inputs: dict):
+    """The model inputs of a reference: ``{"text", "text_pair", "max_length"}`` through the tokenizer, or ready
+    ``{"tensors": {name: nested list}}`` for families whose forward takes more than the tokenizer gives."""
+    if "tensors" in inputs:
+        import torch
+
+        return {name: torch.tensor(values) for name, values in inputs["tensors"].items()}
     return tokenizer(
         inputs["text"],
         inputs.get("text_pair"),
@@ -106,10 +113,13 @@ def check_component(component: dict) -> tuple[list[str], float]:
     if remote:
         if auto_name not in auto_map:
             problems.append(f"config.json auto_map has no {auto_name} entry (it lists {sorted(auto_map)})")
-        for auto, reference in auto_map.items():
+        references = dict(auto_map)
+        for task, spec in (getattr(config, "custom_pipelines", None) or {}).items():
+            references[f"custom_pipelines[{task}]"] = spec["impl"]
+        for name, reference in references.items():
             cls = get_class_from_dynamic_module(reference, folder)
             if cls.__module__.startswith("as2hub"):
-                problems.append(f"auto_map {auto} resolved to {cls.__module__}, not to the folder's own code")
+                problems.append(f"{name} resolved to {cls.__module__}, not to the folder's own code")
     overrides = component.get("config_overrides") or {}
     if component["kind"] == "adapter":
         from peft import PeftModel
@@ -128,8 +138,9 @@ def check_component(component: dict) -> tuple[list[str], float]:
                 problems.append(f"loading {folder} reports {key.replace('_', ' ')}: {sorted(info[key])[:8]}")
     tokenizer = transformers.AutoTokenizer.from_pretrained(folder)
     reference = component["reference"]
+    inputs = tokenize(tokenizer, reference["inputs"])
     with torch.no_grad():
-        outputs = model.eval()(**tokenize(tokenizer, reference["inputs"]))
+        outputs = model.eval()(**inputs)
     found, worst = compare(summarise_outputs(outputs), reference["outputs"], reference["atol"], reference["rtol"])
     return problems + found, worst
 

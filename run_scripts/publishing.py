@@ -122,14 +122,19 @@ def reference_outputs(
     pairs: Iterable[tuple[str, str]] = REFERENCE_PAIRS,
     config_overrides: dict | None = None,
     max_length: int = 64,
+    batch: dict | None = None,
 ) -> dict:
     """Outputs of ``model`` (in eval mode, no gradient) on ``pairs``, as the fresh-process check will compute them.
 
     ``config_overrides`` are set on the config for this call and passed to ``from_pretrained`` by the check (e.g.
-    ``{"return_mlm_logits": True}`` so that the MLM head is compared too).
+    ``{"return_mlm_logits": True}`` so that the MLM head is compared too). A family whose forward needs more than
+    ``tokenizer(text, text_pair)`` gives passes its own small ``batch`` of tensors instead of ``pairs``.
     """
-    pairs = list(pairs)
-    inputs = {"text": [a for a, _ in pairs], "text_pair": [b for _, b in pairs], "max_length": max_length}
+    if batch is not None:
+        inputs = {"tensors": {name: value.tolist() for name, value in batch.items()}}
+    else:
+        pairs = list(pairs)
+        inputs = {"text": [a for a, _ in pairs], "text_pair": [b for _, b in pairs], "max_length": max_length}
     overrides = config_overrides or {}
     config = model.config
     saved = {key: getattr(config, key) for key in overrides}
@@ -140,7 +145,7 @@ def reference_outputs(
             setattr(config, key, value)
         model.eval()
         with torch.no_grad():
-            outputs = model(**tokenize(tokenizer, inputs).to(device))
+            outputs = model(**{name: value.to(device) for name, value in tokenize(tokenizer, inputs).items()})
     finally:
         for key, value in saved.items():
             setattr(config, key, value)
@@ -165,16 +170,21 @@ def component(
     trust_remote_code: bool = True,
     pairs: Iterable[tuple[str, str]] = REFERENCE_PAIRS,
     config_overrides: dict | None = None,
+    batch: dict | None = None,
     **extra,
 ) -> dict:
-    """A publishable part of a run folder (``path`` relative to it) with its reference outputs."""
+    """A publishable part of a run folder (``path`` relative to it) with its reference outputs.
+
+    ``kind`` is ``"model"`` (published at ``path``: ``"."`` for the root, else a subfolder) or ``"adapter"`` (a PEFT
+    adapter, published instead of the root with ``--adapter``); ``auto_class`` is how the check loads it.
+    """
     return {
         "path": path,
         "kind": kind,
         "auto_class": auto_class,
         "trust_remote_code": trust_remote_code,
         "config_overrides": config_overrides or {},
-        "reference": reference_outputs(model, tokenizer, pairs, config_overrides),
+        "reference": reference_outputs(model, tokenizer, pairs, config_overrides, batch=batch),
         **extra,
     }
 

@@ -32,6 +32,7 @@ from as2hub.run_scripts.publishing import (
     plan_upload,
     push_run_folder,
     read_run,
+    reference_outputs,
 )
 
 RESULTS = {
@@ -273,3 +274,42 @@ def test_run_record_holds_no_token_and_the_reference_outputs(saved_ranker):
     assert reference["outputs"]["logits"]["shape"] == [3, 1]
     assert record["components"]["model"]["auto_class"] == "AutoModelForSequenceClassification"
     assert record["metrics_file"] == "all_results.json" and record["family"] == "contextual_as2"
+
+
+def test_an_adapter_needs_its_files_and_a_base_model_on_the_hub(saved_ranker, tmp_path):
+    record, _ = read_run(saved_ranker)
+    folder = shutil.copytree(saved_ranker, tmp_path / "lora")
+    (folder / "lora_adapter").mkdir()
+    (folder / "lora_adapter" / "adapter_config.json").write_text(json.dumps({"base_model_name_or_path": "x"}))
+    adapter = {**record["components"]["model"], "path": "lora_adapter", "kind": "adapter"}
+    lora = {**record, "components": {**record["components"], "adapter": adapter}}
+    with pytest.raises(PublishError, match="no adapter_model.safetensors"):
+        plan_upload(folder, lora, adapter=True)
+    (folder / "lora_adapter" / "adapter_model.safetensors").write_bytes(b"weights")
+    with pytest.raises(PublishError, match="used the local folder .* pass the Hub id .* --base_model"):
+        plan_upload(folder, lora, adapter=True)
+    with pytest.raises(PublishError, match="trained its model from scratch; push the merged model"):
+        plan_upload(folder, {**lora, "base_model": None}, adapter=True)
+    files, components = plan_upload(folder, lora, adapter=True, base_model="google-bert/bert-base-uncased")
+    assert set(files) == (MODEL_FILES - {"model.safetensors"}) | {"adapter_config.json", "adapter_model.safetensors"}
+    assert components[0]["base_model"] == "google-bert/bert-base-uncased" and components[0]["kind"] == "adapter"
+
+
+def test_a_family_can_give_its_reference_input_as_tensors(stock_checkpoint):
+    stock = stock_checkpoint("bert")
+    tokenizer = AutoTokenizer.from_pretrained(stock)
+    model = BertForContextualAS2.from_pretrained(stock, sep_token_id=tokenizer.sep_token_id).train()
+    by_text = reference_outputs(model, tokenizer)
+    batch = dict(
+        tokenizer(by_text["inputs"]["text"], by_text["inputs"]["text_pair"], padding=True, return_tensors="pt")
+    )
+    by_tensors = reference_outputs(model, tokenizer, batch=batch)
+    assert set(by_tensors["inputs"]) == {"tensors"} and by_tensors["outputs"] == by_text["outputs"]
+    assert model.training is True  # computed in eval mode, left in training mode as it was found
+
+
+def test_as2hub_push_is_an_installed_command():
+    from importlib.metadata import entry_points
+
+    (script,) = [entry for entry in entry_points(group="console_scripts") if entry.name == "as2hub-push"]
+    assert script.value == "as2hub.run_scripts.push_to_hub:main"

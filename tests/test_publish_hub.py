@@ -128,8 +128,12 @@ def published(hub, stock_checkpoint, tmp_path_factory):
     source = str(stock_checkpoint("electra"))
     run_pretrain.main(["--output_dir", str(electra), "--model_type", "electra", "--config_name", source,
                        "--tokenizer_name", source, *QUICK_PRETRAIN])  # fmt: skip
-    electra_args = ["--private", "--revision", "v1", "--commit_message", "ELECTRA DSLC, 2 steps"]
-    assert push_to_hub.main([str(electra), "tester/ssp-electra", *electra_args, *cli]) == 0
+    # The command line as a user types it: endpoint and token from HF_ENDPOINT and HF_TOKEN.
+    command = [sys.executable, "-m", "as2hub.run_scripts.push_to_hub", str(electra), "tester/ssp-electra",
+               "--private", "--revision", "v1", "--commit_message", "ELECTRA DSLC, 2 steps"]  # fmt: skip
+    result = subprocess.run(command, env=fresh_env(hub, work / "home-push"), capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr[-4000:]
+    assert result.stdout.strip() == f"{hub.url}/tester/ssp-electra/commit/{hub.head('tester/ssp-electra', 'v1').sha}"
 
     # The pre-training checkpoint fine-tuned by repo id, pushed by --push_to_hub: second revision of tester/ranker.
     second = work / "ranker-v2"
@@ -162,13 +166,14 @@ def published(hub, stock_checkpoint, tmp_path_factory):
 
 FRESH_HUB_LOAD = textwrap.dedent(
     """
-    import importlib.abc, json, sys
+    import importlib.abc, json, re, sys
     class BlockAs2hub(importlib.abc.MetaPathFinder):
         def find_spec(self, name, path, target=None):
             if name.split(".")[0] == "as2hub":
                 raise ModuleNotFoundError(f"as2hub is blocked in this process: {name}")
     sys.meta_path.insert(0, BlockAs2hub())
     import torch
+    from huggingface_hub import hf_hub_download
     from peft import PeftModel
     from transformers import (AutoConfig, AutoModel, AutoModelForPreTraining, AutoModelForSequenceClassification,
                               AutoTokenizer, pipeline)
@@ -212,6 +217,12 @@ FRESH_HUB_LOAD = textwrap.dedent(
                 got["hidden"] = out.hidden_states[-1].reshape(-1)[: case["hidden_values"]].tolist()
                 features = pipeline("feature-extraction", model=repo, revision=rev, trust_remote_code=True)
                 got["pipeline"] = [features(text)[0][0] for text in case["single_texts"]]
+            elif kind == "card":  # every Python snippet of the card on the Hub runs as written
+                text = open(hf_hub_download(repo, "README.md", revision=rev), encoding="utf-8").read()
+                blocks = re.findall(r"```python\\n(.*?)```", text, re.S)
+                for index, block in enumerate(blocks):
+                    exec(compile(block, f"{repo} card, snippet {index}", "exec"), {})
+                got["snippets"] = len(blocks)
             elif kind == "discriminator":  # a stock ElectraForSequenceClassification: no remote code
                 tokenizer = AutoTokenizer.from_pretrained(repo, revision=rev, subfolder="discriminator")
                 model = AutoModelForSequenceClassification.from_pretrained(repo, revision=rev, subfolder="discriminator")
@@ -236,9 +247,11 @@ def hub_load(hub, published, tmp_path_factory):
         {"name": "ssp-electra", "repo": "tester/ssp-electra", "revision": "v1", "kind": "pretrain"},
         {"name": "discriminator", "repo": "tester/ssp-electra", "revision": "v1", "kind": "discriminator"},
     ]
+    cases += [{"name": f"card:{repo}", "repo": repo, "kind": "card", "pairs": []}
+              for repo in ("tester/ranker", "tester/ranker-lora", "tester/ssp-roberta")]  # fmt: skip
     for case in cases[3:5]:
         case.update(single_texts=SINGLE_TEXTS, hidden_values=HIDDEN_VALUES)
-    for case in cases:
+    for case in cases[:6]:
         source = "ranker@first" if case["name"] == "ranker-lora" else case["name"]
         case["pairs"] = expected[source]["pairs"]
     home = tmp_path_factory.mktemp("empty-hf-home")
@@ -266,6 +279,8 @@ def test_every_family_loads_by_repo_id_in_a_fresh_process_with_the_same_outputs(
         assert hub_load[name]["cls_logits"] == pytest.approx(expected[name]["cls_logits"], abs=1e-5), name
         assert hub_load[name]["hidden"] == pytest.approx(expected[name]["hidden"], abs=1e-5), name
         assert hub_load[name]["pipeline"] == pytest.approx(expected[name]["single"], abs=1e-5), name
+    snippets = {name: hub_load[f"card:tester/{name}"]["snippets"] for name in ("ranker", "ranker-lora", "ssp-roberta")}
+    assert snippets == {"ranker": 4, "ranker-lora": 1, "ssp-roberta": 1}  # each ran without error
     assert hub_load["discriminator"]["logits"] == pytest.approx(expected["discriminator"]["logits"], abs=1e-5)
     assert hub_load["discriminator"]["pipeline"] == pytest.approx(expected["discriminator"]["logits"], abs=1e-5)
     for name, key in (
