@@ -92,7 +92,8 @@ VALIDATION_TIMEOUT = 1800
 
 
 class PublishError(ValueError):
-    """A folder, repo id, token or endpoint that cannot be published; raised before anything is uploaded."""
+    """A folder, repo id, token or endpoint that cannot be published (raised before anything is uploaded), or an
+    upload whose commit failed (nothing was committed: the repository is at its previous revision)."""
 
 
 @dataclasses.dataclass
@@ -489,6 +490,14 @@ def _stage(files: dict[str, Path], stage: Path) -> None:
             shutil.copy2(source, target)
 
 
+# Run a script with neither the working directory nor the script's folder on sys.path (``python -I`` would also drop
+# PYTHONPATH and the user site-packages, where a user's transformers may live).
+_RUN_WITHOUT_LOCAL_PATHS = (
+    "import runpy, sys; sys.path[:] = [p for p in sys.path if p not in ('', '.')]; "
+    "sys.argv = sys.argv[1:]; runpy.run_path(sys.argv[0], run_name='__main__')"
+)
+
+
 def validate_in_fresh_process(
     folder, components: list[dict], env: dict | None = None, timeout: float = VALIDATION_TIMEOUT
 ) -> list[dict]:
@@ -500,7 +509,7 @@ def validate_in_fresh_process(
     try:
         script = Path(__file__).with_name("fresh_load_check.py")
         result = subprocess.run(
-            [sys.executable, "-I", str(script), handle.name],
+            [sys.executable, "-c", _RUN_WITHOUT_LOCAL_PATHS, str(script), handle.name],
             capture_output=True,
             text=True,
             timeout=timeout,

@@ -313,3 +313,12 @@ def test_as2hub_push_is_an_installed_command():
 
     (script,) = [entry for entry in entry_points(group="console_scripts") if entry.name == "as2hub-push"]
     assert script.value == "as2hub.run_scripts.push_to_hub:main"
+
+
+def test_the_earlier_card_functions_still_build_cards(stock_checkpoint):
+    from as2hub.hub_cards import render_model_card
+
+    model = BertForContextualAS2.from_pretrained(stock_checkpoint("bert"))
+    model_args = run_as2.ModelArguments(model_name_or_path="google-bert/bert-base-uncased")
+    card = ModelCard(render_model_card(model, model_args, run_as2.DataArguments(dataset="wikiqa"), RESULTS))
+    assert card.data.base_model == "google-bert/bert-base-uncased" and metric_values(card)[("test", "map")] == 0.7034
