@@ -283,14 +283,11 @@ def test_every_family_loads_by_repo_id_in_a_fresh_process_with_the_same_outputs(
     assert snippets == {"ranker": 4, "ranker-lora": 1, "ssp-roberta": 1}  # each ran without error
     assert hub_load["discriminator"]["logits"] == pytest.approx(expected["discriminator"]["logits"], abs=1e-5)
     assert hub_load["discriminator"]["pipeline"] == pytest.approx(expected["discriminator"]["logits"], abs=1e-5)
-    for name, key in (
-        ("ranker@first", "logits"),
-        ("ranker@main", "logits"),
-        ("ssp-roberta", "hidden"),
-        ("ssp-electra", "hidden"),
-    ):  # fmt: skip  (the checks above can fail: the outputs differ)
-        values = sorted(expected[name][key])
-        assert min(b - a for a, b in zip(values, values[1:])) > 1e-4, (name, "degenerate check: equal outputs")
+    for name in ("ranker@first", "ranker@main"):  # the checks above can fail: the candidates' scores differ
+        values = sorted(expected[name]["logits"])
+        assert min(b - a for a, b in zip(values, values[1:])) > 1e-4, (name, "degenerate check: equal scores")
+    for name in ("ssp-roberta", "ssp-electra"):  # ... and the encoder's outputs are not constant
+        assert torch.tensor(expected[name]["hidden"]).std() > 0.1, (name, "degenerate check: constant outputs")
 
 
 def test_second_push_is_a_new_revision_and_the_old_one_still_loads(hub, published, hub_load):
