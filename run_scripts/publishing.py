@@ -20,6 +20,18 @@ Example::
 
     as2hub-push outputs/minilm-wikiqa me/minilm-wikiqa-as2 --private
     python -m as2hub.run_scripts.run_as2 ... --push_to_hub --hub_model_id me/minilm-wikiqa-as2
+
+A new family's run script hooks in as ``run_as2.py`` and ``run_pretrain.py`` do, and registers its card entry with
+``as2hub.hub_cards.register_family``::
+
+    parser = HfArgumentParser((ModelArguments, DataArguments, TrainingArguments, HubArguments))
+    model_args, data_args, training_args, hub_args = parser.parse_args_into_dataclasses()
+    push = HubPush.from_args(training_args, hub_args)  # None without --push_to_hub; checks repo id, token, endpoint
+    ...  # train, save model + tokenizer (+ code) in out, write the metrics file
+    record_run(out, "my_family", model, tokenizer, {"model": model_args, "data": data_args, "training": training_args},
+               results, "all_results.json", auto_class="AutoModelForSequenceClassification")  # or components=...
+    if push:
+        push(out)
 """
 
 import dataclasses
