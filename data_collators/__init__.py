@@ -15,8 +15,6 @@ from .corpus import (
     split_document,
 )
 from .fv_data import FEVER_LABELS, FactVerificationDataError, FVData, load_fv_data
-from .joint_collator import JointCollator
-from .joint_data import GROUPINGS, ScoreColumn, group_candidates
 from .hotpotqa import (
     HotpotQACollator,
     HotpotQAData,
@@ -26,6 +24,8 @@ from .hotpotqa import (
     read_hotpotqa,
     wikiqa_distractor,
 )
+from .joint_collator import JointCollator
+from .joint_data import GROUPINGS, ScoreColumn, group_candidates
 from .pretraining_collator import PretrainingCollator, default_max_length, tokenize_pretraining
 from .pretraining_data import StructurePretrainingIterableDataset, example_features, generate_pretraining_dataset
 from .segment_layout import SegmentLayout, longest_first_lengths, pad_batch

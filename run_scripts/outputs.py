@@ -9,8 +9,6 @@ from pathlib import Path
 
 import numpy as np
 
-from as2hub.hub_cards import render_model_card
-
 
 def write_json_atomic(path, data) -> None:
     write_text_atomic(path, json.dumps(data, indent=2, default=float) + "\n")
@@ -56,23 +54,58 @@ def write_ranked_predictions(output_dir, dataset, logits, model, name: str = "te
 
 
 def save_hub_folder(
-    model, tokenizer, output_dir, model_args, data_args, results, render_card=None, card: str | None = None
+    model,
+    tokenizer,
+    output_dir,
+    model_args,
+    data_args,
+    results,
+    training_args=None,
+    family: str = "contextual_as2",
+    card: str | None = None,
 ) -> None:
-    """Config with auto_map, remote code, safetensors, tokenizer and model card (``card``, else
-    ``render_card(model, model_args, data_args, results)``, default the contextual AS2 card); LoRA adapters saved then
-    merged."""
+    """Config with auto_map, remote code, safetensors, tokenizer, run record and model card; LoRA adapters saved then
+    merged. The run record (``as2hub_run.json``) holds the reference outputs ``as2hub-push`` checks before uploading.
+    A family without a run record yet passes its ``card`` text instead (written as it is, no record)."""
+    from as2hub.modeling.ranking import context_text_pair
+    from as2hub.run_scripts.publishing import REFERENCE_PAIRS, component, record_run
+
     output_dir = Path(output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(dir=output_dir, prefix=".staging-"))
+    auto_class = "AutoModelForSequenceClassification"
+    separator = context_text_pair(tokenizer, "", "")
+    contextual = bool(getattr(model.config, "contextual", False))
+    context = "It was first performed around 1600 in London."
+    pairs = [(q, context_text_pair(tokenizer, s, context) if contextual else s) for q, s in REFERENCE_PAIRS]
     try:
+        components = {}
         if hasattr(model, "merge_and_unload"):  # a PEFT model: keep the adapter, ship the merged weights
             model.save_pretrained(staging / "lora_adapter")
+            if card is None:
+                components["adapter"] = component(
+                    "lora_adapter", model, tokenizer, auto_class, kind="adapter", pairs=pairs
+                )
             model = model.merge_and_unload()
         model.save_pretrained(staging)
         tokenizer.save_pretrained(staging)
-        if card is None:
-            card = (render_card or render_model_card)(model, model_args, data_args, results)
-        (staging / "README.md").write_text(card)
+        if card is not None:
+            (staging / "README.md").write_text(card)
+        else:
+            components = {"model": component(".", model, tokenizer, auto_class, pairs=pairs), **components}
+            arguments = {"model": model_args, "data": data_args, "training": training_args}
+            record_run(
+                staging,
+                family,
+                model,
+                tokenizer,
+                arguments,
+                results,
+                "all_results.json",
+                components,
+                extras={"context_separator": separator},
+                model_id=str(output_dir),
+            )
         for item in staging.iterdir():
             target = output_dir / item.name
             if target.is_dir():

@@ -11,7 +11,9 @@ Any ``TrainingArguments`` flag works. Examples::
         --use_lora --lora_r 8 --dataset data/train.jsonl --validation_file data/dev.jsonl --output_dir outputs/lora
 
 The output folder is Hub-ready (config with auto_map, remote code, safetensors, tokenizer, model card) and holds
-``test_results.json`` and ``test_predictions.jsonl`` (every test question with its candidates ranked).
+``all_results.json`` and ``test_predictions.jsonl`` (every test question with its candidates ranked).
+``--push_to_hub --hub_model_id namespace/name`` publishes it at the end of the run (``as2hub-push`` does the same for
+a finished run; ``--hub_push_adapter`` publishes a LoRA adapter instead of the merged model).
 ``--export_onnx [--onnx_quantize int8]`` also writes ``onnx/model.onnx`` (and the int8 graph) for fast CPU ranking.
 """
 
@@ -36,6 +38,7 @@ from as2hub.modeling import CONTEXTUAL_MODELS, ContextualRobertaConfig, RobertaF
 from as2hub.run_scripts.as2_datasets import load_splits
 from as2hub.run_scripts.common import CPUFriendlyArguments, load_checkpoint, setup_logging
 from as2hub.run_scripts.outputs import save_hub_folder, write_json_atomic, write_ranked_predictions
+from as2hub.run_scripts.publishing import HubArguments, HubPush
 from as2hub.run_scripts.tiny_defaults import TINY_ROBERTA, embedded_tokenizer
 
 logger = logging.getLogger("as2hub.run_as2")
@@ -236,9 +239,10 @@ def add_lora(model, model_args: ModelArguments):
 
 
 def main(argv: list[str] | None = None) -> dict:
-    parser = HfArgumentParser((ModelArguments, DataArguments, AS2TrainingArguments, ExportArguments))
-    model_args, data_args, training_args, export_args = parser.parse_args_into_dataclasses(args=argv)
+    parser = HfArgumentParser((ModelArguments, DataArguments, AS2TrainingArguments, ExportArguments, HubArguments))
+    model_args, data_args, training_args, export_args, hub_args = parser.parse_args_into_dataclasses(args=argv)
     setup_logging()
+    push = HubPush.from_args(training_args, hub_args)  # --push_to_hub: checked now, one validated push at the end
     set_seed(training_args.seed)
 
     # Read and validate every split before anything is written.
@@ -297,12 +301,16 @@ def main(argv: list[str] | None = None) -> dict:
         trainer.log_metrics("test", prediction.metrics)
         write_ranked_predictions(training_args.output_dir, test, prediction.predictions, model)
     if trainer.is_world_process_zero():
-        save_hub_folder(trainer.model, tokenizer, training_args.output_dir, model_args, data_args, results)
+        save_hub_folder(
+            trainer.model, tokenizer, training_args.output_dir, model_args, data_args, results, training_args
+        )
         write_json_atomic(f"{training_args.output_dir}/all_results.json", results)
         if export_args.export_onnx:
             from as2hub.modeling.onnx_backend import export_onnx
 
             export_onnx(training_args.output_dir, quantize=export_args.onnx_quantize)
+        if push:
+            push(training_args.output_dir)
     return results
 
 

@@ -450,9 +450,8 @@ def main(argv: list[str] | None = None) -> dict:
             else:
                 write_ranked_predictions(training_args.output_dir, test, joint, trainer.model)
     if trainer.is_world_process_zero():
-        save_hub_folder(
-            trainer.model, tokenizer, training_args.output_dir, model_args, data_args, results, render_joint_card
-        )
+        card = render_joint_card(trainer.model, model_args, data_args, results)
+        save_hub_folder(trainer.model, tokenizer, training_args.output_dir, model_args, data_args, results, card=card)
         write_json_atomic(f"{training_args.output_dir}/all_results.json", results)
     return results
 

@@ -25,9 +25,12 @@ one pass; which candidates come from its paragraph?) and are then fine-tuned by 
 Examples are generated on the fly by default (fresh negatives every epoch, sharded across dataloader workers and
 ranks); ``--materialize`` generates them once with ``datasets.map`` (``--save_examples DIR`` keeps the shards).
 A held-out slice of the documents gives the evaluation set: MLM loss and sentence-level accuracy / AUC.
+``--push_to_hub --hub_model_id namespace/name`` publishes the result at the end of the run (or later:
+``as2hub-push OUTPUT_DIR namespace/name``); ``run_as2.py --model_name_or_path namespace/name`` fine-tunes it.
 """
 
 import functools
+import itertools
 import logging
 import sys
 from dataclasses import dataclass, field
@@ -47,10 +50,10 @@ from as2hub.data_collators import (
     is_triplet_objective,
     load_documents,
 )
-from as2hub.hub_cards import render_pretraining_card
 from as2hub.modeling import JOINT_PRETRAINING_MODELS, SSP_MODELS
 from as2hub.run_scripts.common import CPUFriendlyArguments, load_checkpoint, setup_logging
-from as2hub.run_scripts.outputs import write_json_atomic, write_text_atomic
+from as2hub.run_scripts.outputs import write_json_atomic
+from as2hub.run_scripts.publishing import HubArguments, HubPush, component, record_run
 from as2hub.run_scripts.ssp_trainer import SSPTrainer
 from as2hub.run_scripts.tiny_defaults import TINY_ROBERTA, train_corpus_tokenizer
 
@@ -272,9 +275,10 @@ def mspp_counts(data_args: PretrainDataArguments, num_candidates: int) -> dict[s
 
 
 def main(argv: list[str] | None = None) -> dict:
-    parser = HfArgumentParser((PretrainModelArguments, PretrainDataArguments, PretrainTrainingArguments))
-    model_args, data_args, training_args = parser.parse_args_into_dataclasses(args=argv)
+    parser = HfArgumentParser((PretrainModelArguments, PretrainDataArguments, PretrainTrainingArguments, HubArguments))
+    model_args, data_args, training_args, hub_args = parser.parse_args_into_dataclasses(args=argv)
     setup_logging()
+    push = HubPush.from_args(training_args, hub_args)  # --push_to_hub: checked now, one validated push at the end
     if data_args.objective not in OBJECTIVES:
         raise SystemExit(f"unknown --objective {data_args.objective!r}: use one of {', '.join(OBJECTIVES)}")
     set_seed(training_args.seed)
@@ -363,14 +367,41 @@ def main(argv: list[str] | None = None) -> dict:
         results["eval"] = trainer.evaluate()
         trainer.log_metrics("eval", results["eval"])
     if trainer.is_world_process_zero():
+        out = training_args.output_dir
         trainer.save_model()
-        tokenizer.save_pretrained(training_args.output_dir)
-        if model_args.model_type == "electra" and not is_joint_objective(data_args.objective):
-            model.export_discriminator(f"{training_args.output_dir}/discriminator")
-            tokenizer.save_pretrained(f"{training_args.output_dir}/discriminator")
-        card = render_pretraining_card(trainer.model, model_args, data_args, results)
-        write_text_atomic(f"{training_args.output_dir}/README.md", card)
-        write_json_atomic(f"{training_args.output_dir}/pretrain_results.json", results)
+        tokenizer.save_pretrained(out)
+        joint = is_joint_objective(data_args.objective)
+        components = {}
+        if model_args.model_type == "electra" and not joint:
+            exported = model.export_discriminator(f"{out}/discriminator")
+            tokenizer.save_pretrained(f"{out}/discriminator")
+            auto = "AutoModelForSequenceClassification"
+            components["discriminator"] = component("discriminator", exported, tokenizer, auto, trust_remote_code=False)
+        write_json_atomic(f"{out}/pretrain_results.json", results)
+        arguments = {"model": model_args, "data": data_args, "training": training_args}
+        overrides = {"return_mlm_logits": True}
+        if joint:  # the slot layout is not a tokenizer pair: the reference input is a collated batch of two examples
+            batch = collator(list(itertools.islice(iter(train_dataset), 2)))
+            batch = {k: batch[k] for k in ("input_ids", "attention_mask", "token_type_ids") if k in batch}
+            components = {
+                "model": component(
+                    ".", model, tokenizer, "AutoModelForPreTraining", config_overrides=overrides, batch=batch
+                )
+            }
+        record_run(
+            out,
+            "ssp_pretraining",
+            model,
+            tokenizer,
+            arguments,
+            results,
+            "pretrain_results.json",
+            components,
+            auto_class="AutoModelForPreTraining",
+            config_overrides=overrides,
+        )
+        if push:
+            push(out)
     return results
 
 
