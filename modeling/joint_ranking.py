@@ -19,7 +19,7 @@ import torch
 from transformers import AutoModel, AutoTokenizer
 
 from as2hub.modeling.joint_multicandidate.joint_layout import SlotLayout, group
-from as2hub.modeling.ranking import RankedCandidate, Ranker
+from as2hub.modeling.ranking import RankedCandidate, Ranker, load_scoring_model
 
 
 @dataclass(frozen=True)
@@ -60,11 +60,26 @@ class JointRanker:
         self.layout = SlotLayout.from_tokenizer(tokenizer, config.num_candidates, config.slot_length)
 
     @classmethod
-    def from_pretrained(cls, path: str, pairwise: str | Ranker | None = None, trust_remote_code: bool = True, **kwargs):
-        """Load a saved joint folder (and a pairwise folder, or a :class:`Ranker`, for the cascade)."""
-        model = AutoModel.from_pretrained(path, trust_remote_code=trust_remote_code)
+    def from_pretrained(
+        cls,
+        path: str,
+        pairwise: str | Ranker | None = None,
+        trust_remote_code: bool = True,
+        backend: str = "torch",
+        quantize: str | None = None,
+        num_threads: int | None = None,
+        **kwargs,
+    ):
+        """Load a saved joint folder (and a pairwise folder, or a :class:`Ranker`, for the cascade).
+
+        ``backend="onnx"`` (``quantize="int8"``, ``num_threads``) scores with the graph written by
+        ``as2hub-export-onnx PATH [--quantize int8]``, as :meth:`Ranker.from_pretrained`; a pairwise folder given by
+        path is loaded with the same backend options.
+        """
+        model, path = load_scoring_model(path, AutoModel, backend, quantize, num_threads, trust_remote_code)
         if isinstance(pairwise, str):
-            pairwise = Ranker.from_pretrained(pairwise, trust_remote_code=trust_remote_code)
+            options = {"backend": backend, "quantize": quantize, "num_threads": num_threads}
+            pairwise = Ranker.from_pretrained(pairwise, trust_remote_code=trust_remote_code, **options)
         return cls(model, AutoTokenizer.from_pretrained(path), pairwise=pairwise, **kwargs)
 
     @torch.inference_mode()

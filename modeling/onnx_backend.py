@@ -29,9 +29,13 @@ Each graph carries the SHA-256 of the weights it was exported from (``metadata_p
 the folder's safetensors: a graph left behind by an older export raises :class:`StaleOnnxExportError` instead of
 silently scoring with old weights.
 
-Adding a family with another input layout (e.g. a joint multi-candidate ranker reading ``(k+1)·L`` tokens) is one
-entry in :data:`EXPORT_SPECS`: how to build a dummy batch and which axes are dynamic; export, quantization, metadata,
-verification and the session wrapper do not depend on the layout.
+Joint multi-candidate models (``joint_*``, :mod:`as2hub.modeling.joint_multicandidate`) export the same way: ONE
+graph over the fixed ``(k+1)·L`` slot layout (dynamic batch axis only), ``logits`` of shape ``(batch, k)`` for
+``IE_k`` / ``AE_k`` heads (empty slots at the dtype's minimum, probability 0) or ``(batch, num_labels)`` for ``*_1``
+heads; the slot token types are an explicit input, the positions are computed inside the graph. Rank with
+``JointRanker.from_pretrained(path, backend="onnx", quantize="int8")``. Another input layout is one entry in
+:data:`EXPORT_SPECS`: how to build dummy batches, which axes are dynamic and which Auto class loads the model;
+export, quantization, metadata, verification and the session wrapper do not depend on the layout.
 """
 
 import contextlib
@@ -47,7 +51,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from transformers import AutoConfig, AutoModelForSequenceClassification, AutoTokenizer
+from transformers import AutoConfig, AutoModel, AutoModelForSequenceClassification, AutoTokenizer
 
 from as2hub.data_collators.segment_layout import SegmentLayout, pad_batch
 from as2hub.run_scripts.outputs import write_json_atomic
@@ -62,6 +66,7 @@ DEFAULT_OPSET = 17
 EXPORT_ATOL = 1e-4  # the ONNX fp32 graph must give the torch scores (probabilities) within this (issue #13)
 INSTALL_HINT = 'pip install "as2hub[onnx]"  (onnxruntime and onnx)'
 AS2HUB_MODEL_TYPES = ("contextual_roberta", "contextual_electra", "contextual_bert")
+JOINT_MODEL_TYPES = ("joint_roberta", "joint_electra", "joint_bert")
 WEIGHTS_KEY = "as2hub.weights_sha256"
 CONFIG_KEY = "as2hub.config"
 
@@ -117,13 +122,18 @@ def weights_sha256(folder: Path) -> str | None:
 
 def graph_config(config) -> dict:
     """The config fields an exported graph depends on (beyond the weights)."""
-    return {
+    fields = {
         "model_type": config.model_type,
         "contextual": bool(getattr(config, "contextual", False)),
-        "sep_token_id": config.sep_token_id,
+        "sep_token_id": getattr(config, "sep_token_id", None),
         "type_vocab_size": config.type_vocab_size,
         "num_labels": config.num_labels,
     }
+    if config.model_type in JOINT_MODEL_TYPES:
+        fields.update(
+            {key: getattr(config, key) for key in ("head", "num_candidates", "slot_length", "slot_positions")}
+        )
+    return fields
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -138,6 +148,7 @@ class ExportSpec:
     output_names: tuple[str, ...]
     dummy_batches: Callable  # (model, tokenizer) -> list of input dicts; the first is traced, all are verified
     dynamic_axes: dict
+    auto_class: type = AutoModelForSequenceClassification  # how the saved folder is loaded for tracing
 
 
 def cross_encoder_batches(model, tokenizer) -> list[dict[str, torch.Tensor]]:
@@ -181,8 +192,53 @@ CROSS_ENCODER_SPEC = ExportSpec(
     },
 )
 
-# model_type -> how to export it. A joint (k+1)·L family adds its entry here (its own dummy batches, same names).
-EXPORT_SPECS: dict[str, ExportSpec] = dict.fromkeys(AS2HUB_MODEL_TYPES, CROSS_ENCODER_SPEC)
+
+def joint_batches(model, tokenizer) -> list[dict[str, torch.Tensor]]:
+    """Inputs in the joint slot layout (:class:`~as2hub.modeling.joint_multicandidate.joint_layout.SlotLayout`): the
+    traced batch has a full row and a row with empty slots; the others change the batch size, truncate long texts
+    and leave all but one candidate slot empty."""
+    from as2hub.modeling.joint_multicandidate.joint_layout import SlotLayout
+
+    config = model.config
+    layout = SlotLayout.from_tokenizer(tokenizer, config.num_candidates, config.slot_length)
+    candidates = [
+        "Hamlet was written by William Shakespeare.",
+        "It is a tragedy set in Denmark.",
+        "Paris is the capital of France.",
+        "The play was first performed around 1600.",
+        "Generators yield values lazily.",
+    ]
+    long = " ".join(["a very long candidate sentence that does not fit in one slot"] * 20)
+
+    def row(question, count, extra=()):
+        chosen = [*extra, *(candidates * 2)][:count]
+        return layout.encode_texts(tokenizer, question, chosen)
+
+    k = config.num_candidates
+    traced = layout.batch([row("who wrote hamlet?", k), row("what is hamlet?", max(1, k // 2))])
+    wider = layout.batch([row(f"question {i}?", 1 + i % k, extra=(long,) if i % 2 else ()) for i in range(5)])
+    single = layout.batch([row("when?", 1)])
+    return [traced, wider, single]
+
+
+JOINT_SPEC = ExportSpec(
+    input_names=("input_ids", "attention_mask", "token_type_ids"),
+    output_names=("logits",),
+    dummy_batches=joint_batches,
+    dynamic_axes={
+        "input_ids": {0: "batch"},
+        "attention_mask": {0: "batch"},
+        "token_type_ids": {0: "batch"},
+        "logits": {0: "batch"},
+    },  # fmt: skip
+    auto_class=AutoModel,
+)
+
+# model_type -> how to export it.
+EXPORT_SPECS: dict[str, ExportSpec] = {
+    **dict.fromkeys(AS2HUB_MODEL_TYPES, CROSS_ENCODER_SPEC),
+    **dict.fromkeys(JOINT_MODEL_TYPES, JOINT_SPEC),
+}
 
 
 class _LogitsOnly(torch.nn.Module):
@@ -210,7 +266,8 @@ def check_ranker_folder(folder) -> tuple[Path, object]:
     if model_type not in EXPORT_SPECS:
         raise NotAnAS2hubRankerError(
             f"{config_file}: model_type {model_type!r} is not an as2hub ranker ({', '.join(EXPORT_SPECS)}); "
-            "fine-tune one with `python -m as2hub.run_scripts.run_as2` (stock models export with optimum instead)"
+            "fine-tune one with `python -m as2hub.run_scripts.run_as2` or `run_joint` (stock models export with "
+            "optimum instead)"
         )
     if not weight_files(folder):
         raise NotAnAS2hubRankerError(f"{folder} has no weights (model.safetensors): nothing to export")
@@ -231,8 +288,11 @@ def _set_metadata(path: Path, metadata: dict[str, str]) -> None:
 
 
 def scores_from_logits(logits, config) -> torch.Tensor:
-    """The probability of "correct", as ``ContextualAS2Mixin.logits_to_scores``: sigmoid of one logit, else softmax."""
+    """The probability of "correct", as ``ContextualAS2Mixin.logits_to_scores``: sigmoid of one logit, else softmax.
+    Joint models: per-candidate sigmoids for ``*_k`` heads (``(batch, k)``), label probabilities for ``*_1`` heads."""
     logits = torch.as_tensor(logits).float()
+    if getattr(config, "model_type", None) in JOINT_MODEL_TYPES:
+        return torch.sigmoid(logits) if config.candidate_head else logits.softmax(-1)
     if logits.shape[-1] == 1:
         return torch.sigmoid(logits.view(-1))
     return logits.softmax(-1)[:, config.label2id.get("correct", logits.shape[-1] - 1)]
@@ -290,9 +350,7 @@ def export_onnx(folder, quantize: str | None = None, opset: int = DEFAULT_OPSET)
     folder, config = check_ranker_folder(folder)
     spec = EXPORT_SPECS[config.model_type]
     # Eager attention: the SDPA path of transformers 5 does not trace into a graph ONNX Runtime optimizes well.
-    model = AutoModelForSequenceClassification.from_pretrained(
-        folder, trust_remote_code=True, attn_implementation="eager"
-    ).eval()
+    model = spec.auto_class.from_pretrained(folder, trust_remote_code=True, attn_implementation="eager").eval()
     tokenizer = AutoTokenizer.from_pretrained(folder)
     batches = spec.dummy_batches(model, tokenizer)
     with torch.inference_mode():

@@ -41,6 +41,26 @@ def context_text_pair(tokenizer, candidate: str, context: str) -> str:
     return candidate + "".join(tokenizer.convert_ids_to_tokens(list(middle))) + context
 
 
+def load_scoring_model(path, auto_class, backend="torch", quantize=None, num_threads=None, trust_remote_code=True):
+    """``(model, folder)`` for a ranker: the torch model (``auto_class``) or an ONNX Runtime session standing in for it
+    (``backend="onnx"``, :class:`~as2hub.modeling.onnx_backend.OnnxRankerModel`; a Hub id resolves to its download)."""
+    if backend == "onnx":
+        from .onnx_backend import OnnxRankerModel
+
+        model = OnnxRankerModel.from_pretrained(
+            path, quantize=quantize, num_threads=num_threads, trust_remote_code=trust_remote_code
+        )
+        return model, model.graph_path.parent.parent
+    if backend == "torch":
+        if quantize is not None or num_threads is not None:
+            raise ValueError(
+                "quantize and num_threads are options of backend='onnx'; "
+                "for torch use torch.set_num_threads (and torch.ao.quantization)"
+            )
+        return auto_class.from_pretrained(path, trust_remote_code=trust_remote_code), path
+    raise ValueError(f"backend must be 'torch' or 'onnx', got {backend!r}")
+
+
 class Ranker:
     """A model, its tokenizer and the batching that makes scoring fast."""
 
@@ -75,22 +95,9 @@ class Ranker:
         Example:
             >>> ranker = Ranker.from_pretrained("path/to/ranker", backend="onnx", quantize="int8", num_threads=1)  # doctest: +SKIP
         """
-        if backend == "onnx":
-            from .onnx_backend import OnnxRankerModel
-
-            model = OnnxRankerModel.from_pretrained(
-                path, quantize=quantize, num_threads=num_threads, trust_remote_code=trust_remote_code
-            )
-            path = model.graph_path.parent.parent  # a Hub id resolves to its downloaded folder
-        elif backend == "torch":
-            if quantize is not None or num_threads is not None:
-                raise ValueError(
-                    "quantize and num_threads are options of backend='onnx'; "
-                    "for torch use torch.set_num_threads (and torch.ao.quantization)"
-                )
-            model = AutoModelForSequenceClassification.from_pretrained(path, trust_remote_code=trust_remote_code)
-        else:
-            raise ValueError(f"backend must be 'torch' or 'onnx', got {backend!r}")
+        model, path = load_scoring_model(
+            path, AutoModelForSequenceClassification, backend, quantize, num_threads, trust_remote_code
+        )
         return cls(model, AutoTokenizer.from_pretrained(path), **kwargs)
 
     def _tokens(self, texts: list[str]) -> list[list[int]]:

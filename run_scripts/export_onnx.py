@@ -7,7 +7,9 @@ Usage::
 
 Writes ``OUTPUT_DIR/onnx/model.onnx``, with ``--quantize int8`` also ``onnx/model_qint8_dynamic.onnx``, and
 ``onnx/as2hub_export.json`` (weights hash, versions, largest logit difference vs torch). Needs
-``pip install "as2hub[onnx]"``. Then ``Ranker.from_pretrained(OUTPUT_DIR, backend="onnx", quantize="int8")``.
+``pip install "as2hub[onnx]"``. Then ``Ranker.from_pretrained(OUTPUT_DIR, backend="onnx", quantize="int8")``, or for a
+joint multi-candidate model (``run_joint.py``'s output: one graph over the (k+1)·L slot layout)
+``JointRanker.from_pretrained(OUTPUT_DIR, backend="onnx", quantize="int8")``.
 """
 
 import argparse
@@ -23,7 +25,11 @@ logger = logging.getLogger("as2hub.export_onnx")
 
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(prog="as2hub-export-onnx", description=__doc__.split("\n\n")[0])
-    parser.add_argument("output_dir", metavar="OUTPUT_DIR", help="a saved as2hub ranker (run_as2.py's --output_dir)")
+    parser.add_argument(
+        "output_dir",
+        metavar="OUTPUT_DIR",
+        help="a saved as2hub ranker (the --output_dir of run_as2.py or run_joint.py)",
+    )
     parser.add_argument("--quantize", choices=QUANTIZE_CHOICES, default=None, help="also write a quantized graph")
     parser.add_argument("--opset", type=int, default=DEFAULT_OPSET)
     return parser.parse_args(argv)

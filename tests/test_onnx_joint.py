@@ -1,0 +1,131 @@
+"""ONNX export of joint multi-candidate models: one graph over the (k+1)·L slot layout, the torch scores through
+``JointRanker(backend="onnx")``, int8, the cascade with both stages on ONNX Runtime."""
+
+import importlib.util
+
+import pytest
+import torch
+from transformers import AutoTokenizer
+
+from as2hub.modeling import CONTEXTUAL_MODELS, JointMultiCandidateModel
+from as2hub.modeling.joint_ranking import JointRanker
+from as2hub.modeling.onnx_backend import GRAPH_FILES, OnnxRankerModel, StaleOnnxExportError, export_onnx
+from as2hub.modeling.ranking import Ranker
+
+HAS_ONNX = importlib.util.find_spec("onnxruntime") is not None and importlib.util.find_spec("onnx") is not None
+pytestmark = pytest.mark.skipif(not HAS_ONNX, reason='the onnx extra is not installed: pip install "as2hub[onnx]"')
+
+K, L = 3, 16
+QUESTION = "What is a generator?"
+CANDIDATES = [
+    "A function that yields values lazily, one at a time.",
+    "It is a kind of loop.",
+    "Generators are iterators built by yield.",
+    "No.",
+    "The module reference describes the import statement and how modules are found in long detail " * 3,
+    "A tuple is immutable.",
+    "The with statement manages resources.",
+]
+FV_LABELS = {0: "SUPPORTS", 1: "REFUTES", 2: "NOT ENOUGH INFO"}
+
+
+def saved_joint(stock_checkpoint, folder, backbone="bert", head="AE_k", seed=1):
+    """A tiny joint model moved off its init, with its head scaled so that scores spread (a test where every score
+    is 0.5 could not fail), saved in ``folder``."""
+    source = stock_checkpoint(backbone)
+    tokenizer = AutoTokenizer.from_pretrained(source)
+    labels = {"id2label": FV_LABELS, "label2id": {v: k for k, v in FV_LABELS.items()}} if head.endswith("_1") else {}
+    torch.manual_seed(0)
+    model = JointMultiCandidateModel.from_pretrained(
+        source, num_candidates=K, slot_length=L, head=head, pad_token_id=tokenizer.pad_token_id, **labels
+    ).eval()
+    torch.manual_seed(seed)
+    with torch.no_grad():
+        for parameter in model.parameters():
+            parameter.add_(0.05 * torch.randn_like(parameter))
+        last = [module for module in model.classifier.modules() if isinstance(module, torch.nn.Linear)][-1]
+        captured = []
+        handle = last.register_forward_hook(lambda module, args, output: captured.append(output.reshape(-1)))
+        JointRanker(model, tokenizer).score(QUESTION, CANDIDATES) if model.config.candidate_head else None
+        handle.remove()
+        if captured:  # rescale the last layer so that this file's scores spread around 0.5
+            logits = torch.cat(captured)
+            scale = 2.0 / logits.std()
+            last.weight.mul_(scale)
+            last.bias.mul_(scale).sub_(logits.mean() * scale)
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return model, tokenizer
+
+
+@pytest.mark.parametrize(
+    ("backbone", "head"), [("bert", "AE_k"), ("roberta", "IE_k"), ("electra", "AE_k")], ids=lambda v: str(v)
+)
+def test_joint_graph_scores_equal_torch_and_int8_stays_close(stock_checkpoint, tmp_path, backbone, head):
+    model, tokenizer = saved_joint(stock_checkpoint, tmp_path, backbone, head)
+    paths = export_onnx(tmp_path, quantize="int8")
+    assert paths["fp32"] == tmp_path / "onnx" / GRAPH_FILES[None] and paths["int8"].is_file()
+    expected = JointRanker(model, tokenizer, batch_size=2).score(QUESTION, CANDIDATES)
+    assert max(expected) - min(expected) > 0.2  # the scores spread: equality below is not about constants
+    onnx_ranker = JointRanker.from_pretrained(tmp_path, backend="onnx", num_threads=1, batch_size=2)
+    assert isinstance(onnx_ranker.model, OnnxRankerModel)
+    got = onnx_ranker.score(QUESTION, CANDIDATES)  # 7 candidates: groups of 3, 3 and 1 (two empty slots)
+    assert got == pytest.approx(expected, abs=1e-4)
+    ranked = onnx_ranker.rank(QUESTION, CANDIDATES)
+    assert [r.index for r in ranked] == [r.index for r in JointRanker(model, tokenizer).rank(QUESTION, CANDIDATES)]
+    int8 = JointRanker.from_pretrained(tmp_path, backend="onnx", quantize="int8", num_threads=1).score(
+        QUESTION, CANDIDATES
+    )
+    assert int8 == pytest.approx(expected, abs=0.1) and int8 != pytest.approx(expected, abs=1e-6)
+
+    import onnx
+
+    graph = onnx.load(str(paths["fp32"]))
+    shape = [d.dim_param or d.dim_value for d in graph.graph.input[0].type.tensor_type.shape.dim]
+    assert shape == ["batch", (K + 1) * L]  # one graph at (k+1)·L, dynamic batch
+    ops = {node.op_type for node in onnx.load(str(paths["int8"])).graph.node}
+    assert ops & {"MatMulInteger", "DynamicQuantizeMatMul", "DynamicQuantizeLinear"}
+
+
+def test_fact_verification_head_exports_label_probabilities(stock_checkpoint, tmp_path):
+    model, tokenizer = saved_joint(stock_checkpoint, tmp_path, "bert", "AE_1")
+    export_onnx(tmp_path)
+    from as2hub.modeling.joint_multicandidate.joint_layout import SlotLayout
+
+    layout = SlotLayout.from_tokenizer(tokenizer, K, L)
+    batch = layout.batch([layout.encode_texts(tokenizer, "Hamlet is a comedy.", CANDIDATES[:2])])
+    with torch.no_grad():
+        expected = model(**batch).logits.softmax(-1)
+    session = OnnxRankerModel.from_pretrained(tmp_path, num_threads=1)
+    got = session.logits_to_scores(session(**batch).logits)
+    assert got.shape == (1, len(FV_LABELS)) and torch.allclose(got, expected, atol=1e-4)
+
+
+def test_cascade_runs_both_stages_on_onnx_runtime(stock_checkpoint, tmp_path):
+    joint_dir, pairwise_dir = tmp_path / "joint", tmp_path / "pairwise"
+    model, tokenizer = saved_joint(stock_checkpoint, joint_dir, "bert", "AE_k")
+    source = stock_checkpoint("bert")
+    torch.manual_seed(3)
+    pairwise = CONTEXTUAL_MODELS["bert"][1].from_pretrained(source, contextual=False).eval()
+    with torch.no_grad():
+        for parameter in pairwise.parameters():
+            parameter.add_(0.05 * torch.randn_like(parameter))
+    pairwise.save_pretrained(pairwise_dir)
+    AutoTokenizer.from_pretrained(source).save_pretrained(pairwise_dir)
+    export_onnx(joint_dir)
+    export_onnx(pairwise_dir)
+    torch_cascade = JointRanker(model, tokenizer, pairwise=Ranker.from_pretrained(pairwise_dir))
+    onnx_cascade = JointRanker.from_pretrained(joint_dir, pairwise=str(pairwise_dir), backend="onnx", num_threads=1)
+    assert isinstance(onnx_cascade.pairwise.model, OnnxRankerModel)
+    expected, got = torch_cascade.rank(QUESTION, CANDIDATES), onnx_cascade.rank(QUESTION, CANDIDATES)
+    assert [(r.index, r.stage) for r in got] == [(r.index, r.stage) for r in expected]
+    assert [r.score for r in got] == pytest.approx([r.score for r in expected], abs=1e-4)
+    assert [r.stage for r in got].count("joint") == K
+
+
+def test_a_retrained_joint_model_refuses_its_old_graph(stock_checkpoint, tmp_path):
+    saved_joint(stock_checkpoint, tmp_path, "bert", "IE_k")
+    export_onnx(tmp_path)
+    saved_joint(stock_checkpoint, tmp_path, "bert", "IE_k", seed=2)  # new weights, old graph
+    with pytest.raises(StaleOnnxExportError, match="as2hub-export-onnx"):
+        JointRanker.from_pretrained(tmp_path, backend="onnx")
