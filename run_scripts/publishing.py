@@ -101,6 +101,25 @@ TRAINING_KEYS = (
     "metric_for_best_model",
 )
 VALIDATION_TIMEOUT = 1800
+# Config fields a card may describe (those the model's config has): every family's, e.g. the joint slot layout.
+CONFIG_KEYS = (
+    "model_type",
+    "contextual",
+    "num_segments",
+    "type_vocab_size",
+    "hidden_size",
+    "num_hidden_layers",
+    "num_candidates",
+    "slot_length",
+    "slot_positions",
+    "head",
+    "contrastive_weight",
+    "qe_similarity",
+    "qe_temperatures",
+    "question_types",
+    "question_type_key",
+    "max_position_embeddings",
+)
 
 
 class PublishError(ValueError):
@@ -216,10 +235,11 @@ def _jsonable(value):
 
 def _config_summary(model) -> dict:
     config = model.config
-    keys = ("model_type", "contextual", "num_segments", "type_vocab_size", "hidden_size", "num_hidden_layers")
-    summary = {key: _jsonable(getattr(config, key)) for key in keys if hasattr(config, key)}
+    summary = {key: _jsonable(getattr(config, key)) for key in CONFIG_KEYS if hasattr(config, key)}
     summary["model_type"] = getattr(type(config), "model_type", None) or summary.get("model_type")  # what is saved
-    summary["num_labels"] = len(getattr(config, "id2label", {}) or {})
+    id2label = getattr(config, "id2label", {}) or {}
+    summary["num_labels"] = len(id2label)
+    summary["labels"] = [id2label[index] for index in sorted(id2label)]
     return summary
 
 
