@@ -482,6 +482,7 @@ def plan_upload(
             to_validate.append({**spec, "name": name})
         if not to_validate:
             raise PublishError(f"{folder}: the run record lists no model to publish")
+        files.update(_onnx_files(folder))
     for pattern in include:
         matches = sorted(folder.glob(pattern))
         if not matches:
@@ -492,6 +493,28 @@ def plan_upload(
     files.pop(RUN_RECORD, None)
     files = {name.removeprefix("./"): path for name, path in files.items()}
     return files, to_validate
+
+
+def _onnx_files(folder: Path) -> dict[str, Path]:
+    """An ONNX export of the model (``as2hub-export-onnx``: ``onnx/*.onnx`` + ``onnx/as2hub_export.json``), where
+    sentence-transformers and as2hub's ``Ranker(backend="onnx")`` look for it; refused when it was exported from other
+    weights than the folder's."""
+    from as2hub.modeling.onnx_backend import EXPORT_RECORD, ONNX_SUBFOLDER, weights_sha256
+
+    record_path = folder / ONNX_SUBFOLDER / EXPORT_RECORD
+    if not record_path.is_file():
+        return {}
+    export = json.loads(record_path.read_text())
+    if export.get("weights_sha256") != weights_sha256(folder):
+        raise PublishError(
+            f"{record_path.parent} was exported from other weights than {folder}'s (the model changed after the "
+            f"export): re-run `as2hub-export-onnx {folder}` or remove {record_path.parent}"
+        )
+    graphs = [record_path.parent / graph["file"] for graph in export.get("graphs", {}).values()]
+    missing = [graph.name for graph in graphs if not graph.is_file()]
+    if missing or not graphs:
+        raise PublishError(f"{record_path} lists graphs that are missing: {missing or 'none listed'}")
+    return {f"{ONNX_SUBFOLDER}/{path.name}": path for path in [*graphs, record_path]}
 
 
 def _hub_base(record: dict) -> str | None:
