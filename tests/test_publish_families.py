@@ -14,7 +14,7 @@ import torch
 from hub_fake import FakeHub
 from huggingface_hub import ModelCard
 from safetensors.torch import load_file, save_file
-from test_joint_runs import FV_ROWS, K, QUICK_PRETRAIN, fv_args, joint_args
+from test_joint_runs import FV_ROWS, QUICK_PRETRAIN, K, fv_args, joint_args
 from test_run_as2 import write_jsonl
 from test_run_pretrain import write_document
 from test_run_qe_contrastive import hotpot_records, write
@@ -80,7 +80,9 @@ def test_joint_as2_run_pushes_with_its_collated_reference_batch(hub, stock_check
     metrics = json.loads((out / "all_results.json").read_text())
     assert metrics["test"] == results["test"]
     expected = {key: metrics["test"][name] for key, name in AS2_METRICS.items()}
-    expected |= {("validation", t): metrics["dev"][name.replace("test_", "eval_")] for (_, t), name in AS2_METRICS.items()}
+    expected |= {
+        ("validation", t): metrics["dev"][name.replace("test_", "eval_")] for (_, t), name in AS2_METRICS.items()
+    }
     record, card = check_record_and_card(out, "joint_multicandidate", "AutoModel", expected)
     tensors = record["components"]["model"]["reference"]["inputs"]["tensors"]
     assert torch.tensor(tensors["input_ids"]).shape == (2, (K + 1) * 16)  # (k+1)·L, the JointCollator layout
@@ -154,11 +156,10 @@ def test_mspp_pretraining_run_pushes_with_its_collated_reference_batch(hub, stoc
 def test_longformer_run_pushes_with_the_hotpotqa_collated_batch(hub, tmp_path):
     train = write(tmp_path / "train.jsonl", hotpot_records())
     out = tmp_path / "out"
-    results = run_qe_contrastive.main(
-        ["--dataset", train, "--validation_file", train, "--test_file", train, "--output_dir", str(out),
-         "--max_steps", "2", "--per_device_train_batch_size", "4", "--tokenizer_vocab_size", "300",
-         "--disable_tqdm", "True", *push_flags(hub, "tester/longformer")]  # fmt: skip
-    )
+    argv = ["--dataset", train, "--validation_file", train, "--test_file", train, "--output_dir", str(out),
+            "--max_steps", "2", "--per_device_train_batch_size", "4", "--tokenizer_vocab_size", "300",
+            "--disable_tqdm", "True", *push_flags(hub, "tester/longformer")]  # fmt: skip
+    results = run_qe_contrastive.main(argv)
     metrics = json.loads((out / "all_results.json").read_text())
     expected = {}
     for section, prefix, split in (("test", "test_", "test"), ("dev", "eval_", "validation")):
