@@ -21,7 +21,7 @@ from as2hub.hub_cards import (
     register_family,
 )
 from as2hub.modeling import BertForContextualAS2, RobertaForSSPPretraining, SSPRobertaConfig
-from as2hub.run_scripts import push_to_hub, run_as2, run_pretrain
+from as2hub.run_scripts import push_to_hub, run_as2, run_joint, run_pretrain, run_qe_contrastive
 from as2hub.run_scripts.outputs import save_hub_folder, write_json_atomic
 from as2hub.run_scripts.publishing import (
     RUN_RECORD,
@@ -264,6 +264,10 @@ def test_push_to_hub_flag_is_checked_before_training_and_turns_the_trainers_push
         run_as2.main(["--output_dir", str(out), "--push_to_hub", "--hub_model_id", "tester/x", "--hub_token", "bad"])
     with pytest.raises(PublishError, match="namespace/name"):
         run_pretrain.main(["--output_dir", str(out), "--push_to_hub", "--hub_model_id", "x", "--hub_token", "t"])
+    with pytest.raises(PublishError, match="refused the token"):
+        run_joint.main(["--output_dir", str(out), "--push_to_hub", "--hub_model_id", "tester/x", "--hub_token", "bad"])
+    with pytest.raises(PublishError, match="namespace/name"):
+        run_qe_contrastive.main(["--output_dir", str(out), "--push_to_hub", "--hub_model_id", "x", "--hub_token", "t"])
     assert not out.exists() and "tester/x" not in hub.repos
 
 

@@ -7,7 +7,11 @@ outputs of the collated batch saved by the run. A tampered weight file is refuse
 """
 
 import json
+import os
 import shutil
+import subprocess
+import sys
+import textwrap
 
 import pytest
 import torch
@@ -35,6 +39,34 @@ JOINT_CODE = {
 AS2_METRICS = {("test", "map"): "test_map", ("test", "mrr"): "test_mrr", ("test", "precision_at_1"): "test_p@1"}
 QE_METRICS = {"exact_match": "em", "f1": "f1", "supporting_facts_exact_match": "sp_em",
               "supporting_facts_f1": "sp_f1", "joint_exact_match": "joint_em", "joint_f1": "joint_f1"}  # fmt: skip
+
+
+# Every Python snippet of a card, run as written in a process where as2hub cannot be imported.
+CARD_SNIPPETS = textwrap.dedent(
+    """
+    import importlib.abc, re, sys
+    class BlockAs2hub(importlib.abc.MetaPathFinder):
+        def find_spec(self, name, path, target=None):
+            if name.split(".")[0] == "as2hub":
+                raise ModuleNotFoundError(f"as2hub is blocked in this process: {name}")
+    sys.meta_path.insert(0, BlockAs2hub())
+    import torch
+    torch.set_num_threads(1)
+    blocks = re.findall(r"```python\\n(.*?)```", open(sys.argv[1], encoding="utf-8").read(), re.S)
+    for index, block in enumerate(blocks):
+        exec(compile(block, f"card snippet {index}", "exec"), {})
+    print("SNIPPETS", len(blocks))
+    """
+)
+
+
+def run_card_snippets(readme) -> int:
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+    result = subprocess.run(
+        [sys.executable, "-c", CARD_SNIPPETS, str(readme)], capture_output=True, text=True, timeout=600, env=env
+    )
+    assert result.returncode == 0, result.stderr[-4000:]
+    return int(result.stdout.rsplit("SNIPPETS", 1)[1])
 
 
 @pytest.fixture(scope="module")
@@ -90,6 +122,7 @@ def test_joint_as2_run_pushes_with_its_collated_reference_batch(hub, stock_check
     assert logits["shape"] == [2, K]
     assert card.data.pipeline_tag == "text-ranking" and {"as2hub", "custom_code", "joint-as2"} <= set(card.data.tags)
     assert f'pipeline("joint-ranking", model="{out}"' in card.text
+    assert run_card_snippets(out / "README.md") == 2  # the pipeline and AutoModel snippets run as written
     assert "Paragraph-based Transformer Pre-training for Multi-Sentence Inference" in card.text
     # Pushed once at the end (fresh-process check passed): the model, its code and pipeline, the card for the repo.
     commit = hub.head("tester/joint")
@@ -121,6 +154,7 @@ def test_joint_fact_verification_run_pushes_with_label_accuracy(hub, stock_check
     assert card.data.pipeline_tag == "text-classification" and "fact-verification" in card.data.tags
     assert "`SUPPORTS`, `REFUTES`, `NOT ENOUGH INFO`" in card.text and "joint-classification" in card.text
     assert "trained fully: `classifier`, `token_type_embeddings`." in card.text  # from the run's PEFT config
+    assert run_card_snippets(out / "README.md") == 1
     # A LoRA run keeps its adapter, checked on the same collated batch.
     adapter = record["components"]["adapter"]
     assert adapter["kind"] == "adapter" and (out / "lora_adapter" / "adapter_model.safetensors").exists()
@@ -150,6 +184,7 @@ def test_mspp_pretraining_run_pushes_with_its_collated_reference_batch(hub, stoc
     assert "mspp" in card.data.tags and "run_joint --model_name_or_path" in card.text
     assert "run_as2 --model_name_or_path" not in card.text  # a joint checkpoint is fine-tuned by run_joint
     assert "k = 3 slots from other documents" in card.text
+    assert run_card_snippets(out / "README.md") == 1
     assert JOINT_CODE - {"pipeline_joint_multicandidate.py"} <= set(hub.head("tester/mspp").files)
 
 
@@ -174,6 +209,7 @@ def test_longformer_run_pushes_with_the_hotpotqa_collated_batch(hub, tmp_path):
     assert card.data.pipeline_tag == "question-answering" and "qe-contrastive" in card.data.tags
     assert "λ = 0.2" in card.text and "AutoModelForQuestionAnswering.from_pretrained" in card.text
     assert "Long Context Question Answering via Supervised Contrastive Learning" in card.text
+    assert run_card_snippets(out / "README.md") == 1
     files = set(hub.head("tester/longformer").files)
     assert {"configuration_longformer_qe.py", "modeling_longformer_qe.py", "model.safetensors"} <= files
     assert not {name for name in files if name.endswith(("_predictions.json", "_scores.jsonl"))}
