@@ -22,15 +22,18 @@ that does not exist.
 A new family plugs in with one declarative :class:`Family` entry (see ``families.py``)::
 
     register_family(Family(
-        name="joint_multicandidate",                      # the run record's "family"
-        summary=lambda ctx: "A joint multi-candidate AS2 model ...",
+        name="my_ranker",                                 # the run record's "family"
+        summary=lambda ctx: "A ... answer sentence selection model ...",
         pipeline_tag="text-ranking",
-        tags=("answer-sentence-selection", "joint-model"),
+        tags=("answer-sentence-selection",),
         task=("text-ranking", "Answer Sentence Selection"),
         metrics=(Metric("test", "test_map", "map", "MAP"), Metric("test", "test_mrr", "mrr", "MRR")),
         usage=lambda ctx: f'pipeline("joint-ranking", model="{ctx.model_id}", trust_remote_code=True)',
         citations=("diliello2022paragraph",),
     ))
+
+The registered families (``families.py``): ``contextual_as2``, ``ssp_pretraining`` (MSPP runs included),
+``joint_multicandidate``, ``joint_fact_verification`` and ``longformer_qe``.
 """
 
 import json

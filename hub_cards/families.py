@@ -1,4 +1,7 @@
-"""Card entries of the families built by this package's run scripts: contextual AS2 and SSP pre-training."""
+"""Card entries of the families built by this package's run scripts: contextual AS2 (``run_as2.py``), SSP and MSPP
+pre-training (``run_pretrain.py``), joint multi-candidate AS2 and fact verification (``run_joint.py``) and Longformer
+QA with the question–evidence contrastive loss (``run_qe_contrastive.py``). The joint and Longformer cards read the
+model's settings (slot layout, head, λ, τ, question types) from the run record's ``config`` summary."""
 
 from pathlib import Path
 

@@ -32,6 +32,11 @@ A new family's run script hooks in as ``run_as2.py`` and ``run_pretrain.py`` do,
                results, "all_results.json", auto_class="AutoModelForSequenceClassification")  # or components=...
     if push:
         push(out)
+
+A family whose forward needs more than ``tokenizer(text, text_pair)`` records a small collated batch as its reference
+input: ``run_joint.py`` (the JointCollator slot layout) and ``run_qe_contrastive.py`` (the HotpotQA collator's marker
+input with its global attention mask) call ``save_hub_folder(..., family=..., auto_class=..., batch=...)``, which also
+keeps a LoRA run's adapter (``lora_adapter/``, checked on the same batch) before merging it.
 """
 
 import dataclasses

@@ -16,7 +16,7 @@ import textwrap
 import pytest
 import torch
 from hub_fake import FakeHub
-from huggingface_hub import ModelCard
+from huggingface_hub import HfApi, ModelCard
 from safetensors.torch import load_file, save_file
 from test_joint_runs import FV_ROWS, QUICK_PRETRAIN, K, fv_args, joint_args
 from test_run_as2 import write_jsonl
@@ -163,6 +163,16 @@ def test_joint_fact_verification_run_pushes_with_label_accuracy(hub, stock_check
     commit = push_run_folder(out, "tester/fv", token=hub.token, endpoint=hub.url)
     assert commit.oid == hub.head("tester/fv").sha
     assert "lora_adapter/adapter_model.safetensors" not in hub.head("tester/fv").files  # the merged model
+    # The adapter, on its base model on the Hub: checked in a fresh process on the same batch before the upload.
+    api = HfApi(endpoint=hub.url, token=hub.token)
+    api.create_repo("tester/tiny-roberta", exist_ok=True)
+    api.upload_folder(repo_id="tester/tiny-roberta", folder_path=str(stock_checkpoint("roberta")))
+    push_run_folder(
+        out, "tester/fv-lora", token=hub.token, endpoint=hub.url, adapter=True, base_model="tester/tiny-roberta"
+    )
+    files = set(hub.head("tester/fv-lora").files)
+    assert {"adapter_model.safetensors", "adapter_config.json", "pipeline_joint_multicandidate.py"} <= files
+    assert "model.safetensors" not in files
 
 
 def test_mspp_pretraining_run_pushes_with_its_collated_reference_batch(hub, stock_checkpoint, tmp_path):
