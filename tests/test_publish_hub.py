@@ -318,7 +318,9 @@ def test_each_revision_holds_exactly_the_validated_folder(hub):
         "adapter_config.json",
         "adapter_model.safetensors",
     }
+    # pretraining_heads.py: a sibling module of the SSP model code (shared with the joint family)
     ssp = common | {"model.safetensors", "configuration_ssp_pretraining.py", "modeling_ssp_pretraining.py"}
+    ssp |= {"pretraining_heads.py"}
     assert set(hub.head("tester/ssp-roberta").files) == ssp | {"hub_common.py"}
     discriminator = {f"discriminator/{name}" for name in ("config.json", "model.safetensors", *tokenizer)}
     assert set(hub.head("tester/ssp-electra", "v1").files) == ssp | {"hub_common.py"} | discriminator
