@@ -22,21 +22,23 @@ that does not exist.
 A new family plugs in with one declarative :class:`Family` entry (see ``families.py``)::
 
     register_family(Family(
-        name="joint_multicandidate",                      # the run record's "family"
-        summary=lambda ctx: "A joint multi-candidate AS2 model ...",
+        name="my_ranker",                                 # the run record's "family"
+        summary=lambda ctx: "A ... answer sentence selection model ...",
         pipeline_tag="text-ranking",
-        tags=("answer-sentence-selection", "joint-model"),
+        tags=("answer-sentence-selection",),
         task=("text-ranking", "Answer Sentence Selection"),
         metrics=(Metric("test", "test_map", "map", "MAP"), Metric("test", "test_mrr", "mrr", "MRR")),
         usage=lambda ctx: f'pipeline("joint-ranking", model="{ctx.model_id}", trust_remote_code=True)',
         citations=("diliello2022paragraph",),
     ))
+
+The registered families (``families.py``): ``contextual_as2``, ``ssp_pretraining`` (MSPP runs included),
+``joint_multicandidate``, ``joint_fact_verification`` and ``longformer_qe``.
 """
 
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
-from importlib import resources
 from pathlib import Path
 
 from huggingface_hub import EvalResult, ModelCard, ModelCardData
@@ -321,9 +323,15 @@ def build_model_card(
     training = [f"Base model: {base}.", *family.training(ctx)]
     if lora:
         args = ctx.model_args
+        trained = ctx.extras.get("lora_modules_to_save")  # recorded from the run's PEFT config
+        trained = (
+            "the classifier and token-type embeddings"
+            if trained is None
+            else ", ".join(f"`{name}`" for name in trained) or "nothing else"
+        )
         training.append(
             f"LoRA (PEFT): r={args.get('lora_r')}, alpha={args.get('lora_alpha')}, dropout={args.get('lora_dropout')}, "
-            f"on `{args.get('lora_target_modules')}`; the classifier and token-type embeddings trained fully. "
+            f"on `{args.get('lora_target_modules')}`; trained fully: {trained}. "
             + ("This repository holds the adapter." if adapter else "This repository holds the merged weights.")
         )
     table = _hyperparameter_table(ctx)
@@ -380,92 +388,6 @@ def render_pretraining_card(model, model_args, data_args, results: dict, model_i
 
     record = make_run_record("ssp_pretraining", model, {"model": model_args, "data": data_args}, "", {})
     return str(build_model_card(record, results, model_id))
-
-
-# -- legacy template cards (joint and Longformer families, until they write run records) ------------------------
-
-
-def _results_block(results: dict) -> str:
-    shown = {k: v for k, v in results.items() if k not in ("train", "before")}
-    return "```json\n" + json.dumps(shown, indent=2, default=float) + "\n```"
-
-
-def _template(name: str) -> str:
-    return resources.files(__package__).joinpath(name).read_text()
-
-
-def render_joint_card(model, model_args, data_args, results: dict, model_id: str = "path/to/this/folder") -> str:
-    """The card of a joint multi-candidate model (``run_joint.py``): ranking (``*_k`` heads) or classification."""
-    config = model.config
-    ranking = bool(config.candidate_head)
-    grouping = getattr(data_args, "grouping", None)
-    if not ranking:
-        grouping_note = ""
-    elif grouping == "top_k":
-        grouping_note = " (grouping `top_k`: trained and evaluated on the top k of a pairwise model, the cascade)"
-    else:
-        grouping_note = " (grouping `all`: every candidate, in groups of k)"
-    return _template("joint_multicandidate.md").format(
-        model_name=getattr(model_args, "model_name_or_path", None) or "as2hub joint model",
-        pipeline_tag="text-ranking" if ranking else "text-classification",
-        task_tag="answer-sentence-selection" if ranking else "fact-verification",
-        architecture=type(model).__name__,
-        base_model=getattr(model_args, "model_name_or_path", None)
-        or getattr(model_args, "config_name", None)
-        or "tiny, from scratch",
-        head=config.head,
-        task_description="answer sentence selection (one score per candidate)"
-        if ranking
-        else "fact verification (one label per claim)",
-        query_name="a question" if ranking else "a claim",
-        candidate_name="candidate answers" if ranking else "evidence sentences",
-        num_candidates=config.num_candidates,
-        slot_length=config.slot_length,
-        sequence_length=config.sequence_length,
-        positions="positions restarted in every slot"
-        if config.slot_positions == "per_slot"
-        else "positions 0..(k+1)·L−1",
-        pipeline_task="joint-ranking" if ranking else "joint-classification",
-        model_id=model_id,
-        query_key="question" if ranking else "claim",
-        query_example='"who wrote hamlet?"' if ranking else '"Hamlet is a comedy."',
-        candidate_key="candidates" if ranking else "evidences",
-        candidates_example='["Hamlet is a play.", "Shakespeare wrote Hamlet."]'
-        if ranking
-        else '["Hamlet is a tragedy by Shakespeare."]',
-        output_example="[{'candidate': 'Shakespeare wrote Hamlet.', 'score': ..., 'index': 1}, ...]"
-        if ranking
-        else "[{'label': '" + config.id2label[0] + "', 'score': ...}, ...]",
-        usage_note="More than k candidates are read k at a time. To re-rank the top k of a pairwise ranker (the cascade): "
-        "`as2hub.modeling.joint_ranking.JointRanker(model, tokenizer, pairwise=Ranker(...)).rank(question, candidates)`."
-        if ranking
-        else "The first k evidences are read. Labels: "
-        + ", ".join(config.id2label[i] for i in sorted(config.id2label))
-        + ".",
-        dataset=getattr(data_args, "dataset", "?"),
-        grouping=grouping_note,
-        results=_results_block(results),
-    )
-
-
-def render_longformer_qe_card(
-    model, model_args, data_args, results: dict, max_length: int, model_id: str = "path/to/this/folder"
-) -> str:
-    config = model.config
-    return _template("longformer_qe.md").format(
-        model_name=getattr(model_args, "model_name_or_path", None) or "as2hub long-context QA model",
-        architecture=type(model).__name__,
-        base_model=getattr(model_args, "model_name_or_path", None) or "a tiny Longformer trained from scratch",
-        contrastive_weight=config.contrastive_weight,
-        qe_similarity=config.qe_similarity,
-        question_types=", ".join(config.question_types),
-        question_type_key=config.question_type_key,
-        temperatures=", ".join(f"{t:g}" for t in config.qe_temperatures),
-        model_id=model_id,
-        dataset=getattr(data_args, "dataset", "?"),
-        max_length=max_length,
-        results=_results_block(results),
-    )
 
 
 from . import families  # noqa: E402,F401  (registers the families of this package)

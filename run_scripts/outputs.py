@@ -62,50 +62,62 @@ def save_hub_folder(
     results,
     training_args=None,
     family: str = "contextual_as2",
-    card: str | None = None,
-) -> None:
-    """Config with auto_map, remote code, safetensors, tokenizer, run record and model card; LoRA adapters saved then
-    merged. The run record (``as2hub_run.json``) holds the reference outputs ``as2hub-push`` checks before uploading.
-    A family without a run record yet passes its ``card`` text instead (written as it is, no record)."""
+    auto_class: str = "AutoModelForSequenceClassification",
+    batch: dict | None = None,
+    extras: dict | None = None,
+    metrics_file: str = "all_results.json",
+) -> dict:
+    """Save a run's Hub folder: config with auto_map, remote code, safetensors, tokenizer, run record and model card.
+
+    A LoRA (PEFT) model is saved twice: its adapter in ``lora_adapter/`` (with an ``adapter`` component) and merged
+    into the weights of the folder. The run record (``as2hub_run.json``, family ``family``) holds the reference outputs
+    ``as2hub-push`` checks before uploading, computed on ``batch`` (a small collated batch of tensors, for families
+    whose forward needs more than ``tokenizer(text, text_pair)``) or else on (question, candidate[, context]) pairs;
+    ``auto_class`` is how the check loads the folder; ``extras`` go into the record for the family's card. Everything
+    is written to a staging folder first and then moved in. Returns the record.
+
+        save_hub_folder(model, tokenizer, out, model_args, data_args, results, training_args,
+                        family="joint_multicandidate", auto_class="AutoModel", batch=collator(features))
+    """
     from as2hub.modeling.ranking import context_text_pair
     from as2hub.run_scripts.publishing import REFERENCE_PAIRS, component, record_run
 
     output_dir = Path(output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(dir=output_dir, prefix=".staging-"))
-    auto_class = "AutoModelForSequenceClassification"
-    separator = context_text_pair(tokenizer, "", "")
-    contextual = bool(getattr(model.config, "contextual", False))
-    context = "It was first performed around 1600 in London."
-    pairs = [(q, context_text_pair(tokenizer, s, context) if contextual else s) for q, s in REFERENCE_PAIRS]
+    extras = dict(extras or {})
+    pairs = REFERENCE_PAIRS
+    if batch is None:  # a cross-encoder: the reference input is tokenizer pairs (with a context when contextual)
+        extras.setdefault("context_separator", context_text_pair(tokenizer, "", ""))
+        if getattr(model.config, "contextual", False):
+            context = "It was first performed around 1600 in London."
+            pairs = [(q, context_text_pair(tokenizer, s, context)) for q, s in REFERENCE_PAIRS]
     try:
         components = {}
         if hasattr(model, "merge_and_unload"):  # a PEFT model: keep the adapter, ship the merged weights
             model.save_pretrained(staging / "lora_adapter")
-            if card is None:
-                components["adapter"] = component(
-                    "lora_adapter", model, tokenizer, auto_class, kind="adapter", pairs=pairs
-                )
+            peft_config = next(iter(model.peft_config.values()))
+            extras["lora_modules_to_save"] = sorted(peft_config.modules_to_save or [])
+            components["adapter"] = component(
+                "lora_adapter", model, tokenizer, auto_class, kind="adapter", pairs=pairs, batch=batch
+            )
             model = model.merge_and_unload()
         model.save_pretrained(staging)
         tokenizer.save_pretrained(staging)
-        if card is not None:
-            (staging / "README.md").write_text(card)
-        else:
-            components = {"model": component(".", model, tokenizer, auto_class, pairs=pairs), **components}
-            arguments = {"model": model_args, "data": data_args, "training": training_args}
-            record_run(
-                staging,
-                family,
-                model,
-                tokenizer,
-                arguments,
-                results,
-                "all_results.json",
-                components,
-                extras={"context_separator": separator},
-                model_id=str(output_dir),
-            )
+        components = {"model": component(".", model, tokenizer, auto_class, pairs=pairs, batch=batch), **components}
+        arguments = {"model": model_args, "data": data_args, "training": training_args}
+        record = record_run(
+            staging,
+            family,
+            model,
+            tokenizer,
+            arguments,
+            results,
+            metrics_file,
+            components,
+            extras=extras,
+            model_id=str(output_dir),
+        )
         for item in staging.iterdir():
             target = output_dir / item.name
             if target.is_dir():
@@ -113,3 +125,4 @@ def save_hub_folder(
             os.replace(item, target)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
+    return record

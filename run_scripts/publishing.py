@@ -32,6 +32,11 @@ A new family's run script hooks in as ``run_as2.py`` and ``run_pretrain.py`` do,
                results, "all_results.json", auto_class="AutoModelForSequenceClassification")  # or components=...
     if push:
         push(out)
+
+A family whose forward needs more than ``tokenizer(text, text_pair)`` records a small collated batch as its reference
+input: ``run_joint.py`` (the JointCollator slot layout) and ``run_qe_contrastive.py`` (the HotpotQA collator's marker
+input with its global attention mask) call ``save_hub_folder(..., family=..., auto_class=..., batch=...)``, which also
+keeps a LoRA run's adapter (``lora_adapter/``, checked on the same batch) before merging it.
 """
 
 import dataclasses
@@ -101,6 +106,25 @@ TRAINING_KEYS = (
     "metric_for_best_model",
 )
 VALIDATION_TIMEOUT = 1800
+# Config fields a card may describe (those the model's config has): every family's, e.g. the joint slot layout.
+CONFIG_KEYS = (
+    "model_type",
+    "contextual",
+    "num_segments",
+    "type_vocab_size",
+    "hidden_size",
+    "num_hidden_layers",
+    "num_candidates",
+    "slot_length",
+    "slot_positions",
+    "head",
+    "contrastive_weight",
+    "qe_similarity",
+    "qe_temperatures",
+    "question_types",
+    "question_type_key",
+    "max_position_embeddings",
+)
 
 
 class PublishError(ValueError):
@@ -216,10 +240,11 @@ def _jsonable(value):
 
 def _config_summary(model) -> dict:
     config = model.config
-    keys = ("model_type", "contextual", "num_segments", "type_vocab_size", "hidden_size", "num_hidden_layers")
-    summary = {key: _jsonable(getattr(config, key)) for key in keys if hasattr(config, key)}
+    summary = {key: _jsonable(getattr(config, key)) for key in CONFIG_KEYS if hasattr(config, key)}
     summary["model_type"] = getattr(type(config), "model_type", None) or summary.get("model_type")  # what is saved
-    summary["num_labels"] = len(getattr(config, "id2label", {}) or {})
+    id2label = getattr(config, "id2label", {}) or {}
+    summary["num_labels"] = len(id2label)
+    summary["labels"] = [id2label[index] for index in sorted(id2label)]
     return summary
 
 
@@ -462,6 +487,7 @@ def plan_upload(
             to_validate.append({**spec, "name": name})
         if not to_validate:
             raise PublishError(f"{folder}: the run record lists no model to publish")
+        files.update(_onnx_files(folder))
     for pattern in include:
         matches = sorted(folder.glob(pattern))
         if not matches:
@@ -472,6 +498,28 @@ def plan_upload(
     files.pop(RUN_RECORD, None)
     files = {name.removeprefix("./"): path for name, path in files.items()}
     return files, to_validate
+
+
+def _onnx_files(folder: Path) -> dict[str, Path]:
+    """An ONNX export of the model (``as2hub-export-onnx``: ``onnx/*.onnx`` + ``onnx/as2hub_export.json``), where
+    sentence-transformers and as2hub's ``Ranker(backend="onnx")`` look for it; refused when it was exported from other
+    weights than the folder's."""
+    from as2hub.modeling.onnx_backend import EXPORT_RECORD, ONNX_SUBFOLDER, weights_sha256
+
+    record_path = folder / ONNX_SUBFOLDER / EXPORT_RECORD
+    if not record_path.is_file():
+        return {}
+    export = json.loads(record_path.read_text())
+    if export.get("weights_sha256") != weights_sha256(folder):
+        raise PublishError(
+            f"{record_path.parent} was exported from other weights than {folder}'s (the model changed after the "
+            f"export): re-run `as2hub-export-onnx {folder}` or remove {record_path.parent}"
+        )
+    graphs = [record_path.parent / graph["file"] for graph in export.get("graphs", {}).values()]
+    missing = [graph.name for graph in graphs if not graph.is_file()]
+    if missing or not graphs:
+        raise PublishError(f"{record_path} lists graphs that are missing: {missing or 'none listed'}")
+    return {f"{ONNX_SUBFOLDER}/{path.name}": path for path in [*graphs, record_path]}
 
 
 def _hub_base(record: dict) -> str | None:

@@ -5,8 +5,10 @@
     as2hub-push outputs/pretrain me/roberta-dslc --private --revision v1 --commit_message "1,500 steps of DSLC"
     python -m as2hub.run_scripts.push_to_hub outputs/minilm-wikiqa me/minilm-wikiqa-as2 --create_pr
 
-Uploads the folder's config (every ``auto_map`` entry), model code, safetensors, tokenizer and a model card rebuilt
-from the run's records (metrics in its ``model-index``), and nothing else unless ``--include`` asks for it
+Uploads the folder's config (every ``auto_map`` entry), model code, safetensors, tokenizer, a model card rebuilt
+from the run's records (metrics in its ``model-index``) and an ONNX export when there is one (``onnx/*.onnx`` and
+``onnx/as2hub_export.json`` written by ``as2hub-export-onnx`` from the same weights: sentence-transformers and
+``Ranker(backend="onnx")`` look there), and nothing else unless ``--include`` asks for it
 (checkpoints, predictions, logs). Before uploading it loads the folder in a fresh process without as2hub and refuses
 it when it does not load or does not reproduce the trained model's outputs; the upload is one commit, so the
 repository either gets the whole new revision or stays at its previous one. Token: ``--token``, ``HF_TOKEN`` or
@@ -24,7 +26,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="as2hub-push", description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("output_dir", help="the run's output folder (written by run_as2.py or run_pretrain.py)")
+    parser.add_argument(
+        "output_dir",
+        help="the run's output folder (written by run_as2.py, run_pretrain.py, run_joint.py or run_qe_contrastive.py)",
+    )
     parser.add_argument("repo_id", help="namespace/name of the model repository (created if it does not exist)")
     parser.add_argument("--private", action="store_true", help="create the repository private")
     parser.add_argument("--revision", help="branch to commit to (created from main if it does not exist)")

@@ -24,8 +24,11 @@ first k evidences) and selects on dev label accuracy. Any ``TrainingArguments`` 
         --dataset fever_train.jsonl --validation_file fever_dev.jsonl --output_dir outputs/fever
 
 The output folder is Hub-ready (config with auto_map and ``custom_pipelines``, remote code, safetensors, tokenizer,
-model card), with ``all_results.json`` and ``test_predictions.jsonl`` (AS2: every test question with its candidates
-ranked, as ``run_as2.py`` writes them, plus ``stage`` in the cascade; FV: every claim with its label probabilities).
+run record ``as2hub_run.json`` and model card), with ``all_results.json`` and ``test_predictions.jsonl`` (AS2: every
+test question with its candidates ranked, as ``run_as2.py`` writes them, plus ``stage`` in the cascade; FV: every
+claim with its label probabilities). ``--push_to_hub --hub_model_id namespace/name`` publishes it at the end of the run
+(``as2hub-push OUTPUT_DIR namespace/name`` does the same for a finished run; ``--hub_push_adapter`` publishes a LoRA
+run's adapter instead of the merged model).
 """
 
 import json
@@ -55,7 +58,6 @@ from as2hub.data_collators import (
     load_fv_data,
 )
 from as2hub.data_collators.joint_data import questions_in_order
-from as2hub.hub_cards import render_joint_card
 from as2hub.metrics import compute_as2_metrics
 from as2hub.modeling import JointMultiCandidateModel
 from as2hub.modeling.joint_multicandidate import JointRobertaConfig
@@ -64,6 +66,7 @@ from as2hub.modeling.joint_ranking import cascade_order
 from as2hub.run_scripts.as2_datasets import load_splits
 from as2hub.run_scripts.common import load_checkpoint, setup_logging
 from as2hub.run_scripts.outputs import save_hub_folder, write_json_atomic, write_ranked_predictions, write_text_atomic
+from as2hub.run_scripts.publishing import REFERENCE_PAIRS, HubArguments, HubPush
 from as2hub.run_scripts.run_as2 import AS2TrainingArguments, add_lora
 from as2hub.run_scripts.tiny_defaults import TINY_ROBERTA, embedded_tokenizer
 
@@ -332,6 +335,19 @@ def write_fv_predictions(output_dir, data: datasets.Dataset, logits, label_names
 # ---------------------------------------------------------------------------------------------------------- model
 
 
+def reference_batch(collator: JointCollator, as2: bool) -> dict:
+    """The fixed input the published folder is checked on (``as2hub-push``): two questions (claims) in the slot
+    layout, one with every slot filled (up to k) and one with a single candidate (empty slots), without labels."""
+    texts = [candidate for _, candidate in REFERENCE_PAIRS] * collator.num_candidates
+    query, candidates = ("question", "candidates") if as2 else ("claim", "evidences")
+    features = [
+        {query: REFERENCE_PAIRS[0][0], candidates: texts[: collator.num_candidates]},
+        {query: REFERENCE_PAIRS[1][0], candidates: texts[1:2]},
+    ]
+    batch = collator(features)
+    return {name: batch[name] for name in ("input_ids", "attention_mask", "token_type_ids") if name in batch}
+
+
 def load_model(model_args: JointModelArguments, tokenizer, label_names: tuple[str, ...] | None):
     """The joint class of the checkpoint's backbone, from a checkpoint, a config (``--config_name``) or, with neither,
     a tiny RoBERTa from scratch."""
@@ -358,9 +374,10 @@ def load_model(model_args: JointModelArguments, tokenizer, label_names: tuple[st
 
 
 def main(argv: list[str] | None = None) -> dict:
-    parser = HfArgumentParser((JointModelArguments, JointDataArguments, JointTrainingArguments))
-    model_args, data_args, training_args = parser.parse_args_into_dataclasses(args=argv)
+    parser = HfArgumentParser((JointModelArguments, JointDataArguments, JointTrainingArguments, HubArguments))
+    model_args, data_args, training_args, hub_args = parser.parse_args_into_dataclasses(args=argv)
     setup_logging()
+    push = HubPush.from_args(training_args, hub_args)  # --push_to_hub: checked now, one validated push at the end
     set_seed(training_args.seed)
     check_arguments(model_args, data_args)
     as2 = data_args.task == "as2"
@@ -450,9 +467,21 @@ def main(argv: list[str] | None = None) -> dict:
             else:
                 write_ranked_predictions(training_args.output_dir, test, joint, trainer.model)
     if trainer.is_world_process_zero():
-        card = render_joint_card(trainer.model, model_args, data_args, results)
-        save_hub_folder(trainer.model, tokenizer, training_args.output_dir, model_args, data_args, results, card=card)
+        save_hub_folder(
+            trainer.model,
+            tokenizer,
+            training_args.output_dir,
+            model_args,
+            data_args,
+            results,
+            training_args,
+            family="joint_multicandidate" if as2 else "joint_fact_verification",
+            auto_class="AutoModel",
+            batch=reference_batch(collator, as2),
+        )
         write_json_atomic(f"{training_args.output_dir}/all_results.json", results)
+        if push:
+            push(training_args.output_dir)
     return results
 
 

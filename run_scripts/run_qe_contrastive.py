@@ -19,11 +19,12 @@ answer type, supporting sentences and paragraphs, plus the question–evidence c
 ``--model_name_or_path`` may be a Longformer (or saved ``longformer_qe``) checkpoint, or a RoBERTa / BERT-family one,
 converted by ``LongformerWithQEContrastive.from_short_encoder`` (``--max_position_embeddings``, ``--attention_window``).
 Every split is read, validated and encoded before anything is written. The output folder is Hub-ready (config with
-``auto_map``, remote code, weights, tokenizer with the markers, model card) and holds ``all_results.json``,
-``trainer_state.json`` (the logged losses), the predictions of the dev and test sets in the official HotpotQA format
-(``dev_predictions.json``, ``test_predictions.json``: ``{"answer": {id: text}, "sp": {id: [[title, sent_id], ...]}}``)
-and every sentence's scores (``{dev,test}_sentence_scores.jsonl``: gold label, supporting-fact probability, QE
-similarity, raw marker cosine).
+``auto_map``, remote code, weights, tokenizer with the markers, run record ``as2hub_run.json``, model card; published
+at the end of the run with ``--push_to_hub --hub_model_id namespace/name``, or later with ``as2hub-push``) and holds
+``all_results.json``, ``trainer_state.json`` (the logged losses), the predictions of the dev and test sets in the
+official HotpotQA format (``dev_predictions.json``, ``test_predictions.json``: ``{"answer": {id: text}, "sp": {id:
+[[title, sent_id], ...]}}``) and every sentence's scores (``{dev,test}_sentence_scores.jsonl``: gold label,
+supporting-fact probability, QE similarity, raw marker cosine).
 """
 
 import dataclasses
@@ -51,10 +52,10 @@ from as2hub.data_collators.hotpotqa import (
     add_marker_tokens,
     to_official_gold,
 )
-from as2hub.hub_cards import render_longformer_qe_card
 from as2hub.metrics.hotpotqa import best_spans, hotpotqa_evaluate, qe_map, select_supporting_facts
 from as2hub.modeling import LongformerQEConfig, LongformerWithQEContrastive
 from as2hub.run_scripts.outputs import save_hub_folder, write_json_atomic, write_text_atomic
+from as2hub.run_scripts.publishing import HubArguments, HubPush
 from as2hub.run_scripts.qe_datasets import default_question_types, load_qe_splits
 from as2hub.run_scripts.tiny_defaults import train_corpus_tokenizer
 
@@ -355,11 +356,20 @@ class QEEvaluator:
         return metrics
 
 
+def reference_batch(encoded: dict, tokenizer, window: int, size: int = 2) -> dict:
+    """The input the published folder is checked on (``as2hub-push``): the first encoded examples of the evaluation
+    (else training) data, collated as in training (markers, global attention mask, index tensors), without labels."""
+    features = next(encoded[name][0] for name in ("validation", "test", "train") if name in encoded)
+    rows = features.select(range(min(size, len(features)))).to_list()
+    return HotpotQACollator(tokenizer, pad_to_multiple_of=window, with_labels=False)(rows)
+
+
 def main(argv: list[str] | None = None) -> dict:
-    parser = HfArgumentParser((ModelArguments, DataArguments, QETrainingArguments))
-    model_args, data_args, training_args = parser.parse_args_into_dataclasses(args=argv)
+    parser = HfArgumentParser((ModelArguments, DataArguments, QETrainingArguments, HubArguments))
+    model_args, data_args, training_args, hub_args = parser.parse_args_into_dataclasses(args=argv)
     logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
     transformers.utils.logging.set_verbosity_warning()
+    push = HubPush.from_args(training_args, hub_args)  # --push_to_hub: checked now, one validated push at the end
     set_seed(training_args.seed)
 
     # Read, validate and encode every split before anything is written.
@@ -440,14 +450,19 @@ def main(argv: list[str] | None = None) -> dict:
         sentence_scores["test"] = evaluators["test"].sentence_scores
     if trainer.is_world_process_zero():
         output_dir = training_args.output_dir
-        card = render_longformer_qe_card(
-            trainer.model.get_base_model() if model_args.use_lora else trainer.model,
+        save_hub_folder(
+            trainer.model,
+            tokenizer,
+            output_dir,
             model_args,
             data_args,
-            {k: v for k, v in results.items() if k in ("dev", "test")},
-            max_length,
+            results,
+            training_args,
+            family="longformer_qe",
+            auto_class="AutoModelForQuestionAnswering",
+            batch=reference_batch(encoded, tokenizer, window),
+            extras={"max_length": max_length, "num_distractors": splits["train"].stats.get("num_distractors")},
         )
-        save_hub_folder(trainer.model, tokenizer, output_dir, model_args, data_args, results, card=card)
         for name, prediction in predictions.items():
             write_json_atomic(f"{output_dir}/{name}_predictions.json", prediction)
             lines = "".join(json.dumps(row) + "\n" for row in sentence_scores[name])
@@ -455,6 +470,8 @@ def main(argv: list[str] | None = None) -> dict:
         state = json.dumps(dataclasses.asdict(trainer.state), indent=2, sort_keys=True, default=str)
         write_text_atomic(f"{output_dir}/trainer_state.json", state + "\n")
         write_json_atomic(f"{output_dir}/all_results.json", results)
+        if push:
+            push(output_dir)
     return results
 
 

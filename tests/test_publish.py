@@ -21,7 +21,7 @@ from as2hub.hub_cards import (
     register_family,
 )
 from as2hub.modeling import BertForContextualAS2, RobertaForSSPPretraining, SSPRobertaConfig
-from as2hub.run_scripts import push_to_hub, run_as2, run_pretrain
+from as2hub.run_scripts import push_to_hub, run_as2, run_joint, run_pretrain, run_qe_contrastive
 from as2hub.run_scripts.outputs import save_hub_folder, write_json_atomic
 from as2hub.run_scripts.publishing import (
     RUN_RECORD,
@@ -264,6 +264,10 @@ def test_push_to_hub_flag_is_checked_before_training_and_turns_the_trainers_push
         run_as2.main(["--output_dir", str(out), "--push_to_hub", "--hub_model_id", "tester/x", "--hub_token", "bad"])
     with pytest.raises(PublishError, match="namespace/name"):
         run_pretrain.main(["--output_dir", str(out), "--push_to_hub", "--hub_model_id", "x", "--hub_token", "t"])
+    with pytest.raises(PublishError, match="refused the token"):
+        run_joint.main(["--output_dir", str(out), "--push_to_hub", "--hub_model_id", "tester/x", "--hub_token", "bad"])
+    with pytest.raises(PublishError, match="namespace/name"):
+        run_qe_contrastive.main(["--output_dir", str(out), "--push_to_hub", "--hub_model_id", "x", "--hub_token", "t"])
     assert not out.exists() and "tester/x" not in hub.repos
 
 
@@ -322,3 +326,33 @@ def test_the_earlier_card_functions_still_build_cards(stock_checkpoint):
     model_args = run_as2.ModelArguments(model_name_or_path="google-bert/bert-base-uncased")
     card = ModelCard(render_model_card(model, model_args, run_as2.DataArguments(dataset="wikiqa"), RESULTS))
     assert card.data.base_model == "google-bert/bert-base-uncased" and metric_values(card)[("test", "map")] == 0.7034
+
+
+def test_an_onnx_export_is_uploaded_with_the_model_unless_it_is_stale(hub, ranker_copy, monkeypatch):
+    from as2hub.modeling.onnx_backend import weights_sha256
+
+    monkeypatch.setattr("huggingface_hub.constants.HF_HUB_DISABLE_XET", True)  # the fake speaks LFS, not Xet
+
+    folder, onnx = ranker_copy, ranker_copy / "onnx"
+    onnx.mkdir()
+    (onnx / "model.onnx").write_bytes(b"fp32 graph")
+    (onnx / "model_qint8_dynamic.onnx").write_bytes(b"int8 graph")
+    (onnx / ".staging-x").mkdir()  # an interrupted export's leftovers are not uploaded
+    graphs = {"fp32": {"file": "model.onnx"}, "int8": {"file": "model_qint8_dynamic.onnx"}}
+    export = {"weights_sha256": weights_sha256(folder), "graphs": graphs}
+    (onnx / "as2hub_export.json").write_text(json.dumps(export))
+    record, _ = read_run(folder)
+    exported = {"onnx/model.onnx", "onnx/model_qint8_dynamic.onnx", "onnx/as2hub_export.json"}
+    files, _ = plan_upload(folder, record)
+    assert set(files) == MODEL_FILES | exported
+    commit = push_run_folder(folder, "tester/ranker-onnx", token=hub.token, endpoint=hub.url, validate=False)
+    assert set(hub.head("tester/ranker-onnx").files) == MODEL_FILES | exported | {"README.md", ".gitattributes"}
+    assert hub.head("tester/ranker-onnx").files["onnx/model.onnx"] == b"fp32 graph" and commit.oid
+    (onnx / "model_qint8_dynamic.onnx").unlink()
+    with pytest.raises(PublishError, match=r"lists graphs that are missing: \['model_qint8_dynamic.onnx'\]"):
+        plan_upload(folder, record)
+    (onnx / "as2hub_export.json").write_text(json.dumps({**export, "weights_sha256": "0" * 64}))
+    with pytest.raises(PublishError, match="exported from other weights .* re-run `as2hub-export-onnx"):
+        plan_upload(folder, record)
+    (onnx / "as2hub_export.json").unlink()  # graphs without an export record are not the exporter's: left out
+    assert set(plan_upload(folder, record)[0]) == MODEL_FILES
