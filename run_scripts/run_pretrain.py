@@ -55,6 +55,7 @@ from as2hub.run_scripts.common import CPUFriendlyArguments, load_checkpoint, set
 from as2hub.run_scripts.outputs import write_json_atomic
 from as2hub.run_scripts.publishing import HubArguments, HubPush, component, record_run
 from as2hub.run_scripts.ssp_trainer import SSPTrainer
+from as2hub.run_scripts.stream_resume import GracefulStop, PositionTrackingCollator, prepare_exact_resume
 from as2hub.run_scripts.tiny_defaults import TINY_ROBERTA, train_corpus_tokenizer
 
 logger = logging.getLogger("as2hub.run_pretrain")
@@ -261,6 +262,22 @@ def build_model(model_args: PretrainModelArguments, tokenizer, objective: str):
     return model_class(config)
 
 
+def configure_streaming(training_args: TrainingArguments, collator) -> bool:
+    """Multi-process streaming: each rank reads its slice of every global batch itself (no dispatching) unless
+    ``--accelerator_config '{"dispatch_batches": true}'`` asks for it. Returns whether batches are dispatched.
+
+    Dispatching concatenates the batches of the main process, which fails on batches padded to different lengths:
+    with it, batches are padded to ``max_length``.
+    """
+    config = training_args.accelerator_config
+    if config.dispatch_batches is None:
+        config.dispatch_batches = False
+    dispatching = bool(config.dispatch_batches)
+    if dispatching and training_args.world_size > 1 and hasattr(collator, "pad_to_multiple_of"):
+        collator.pad_to_multiple_of = collator.max_length
+    return dispatching
+
+
 def mspp_counts(data_args: PretrainDataArguments, num_candidates: int) -> dict[str, int]:
     """Generation arguments of MSPP: k+ positives, k_hard hard negatives, k_easy = k - k+ - k_hard easy ones."""
     positives, hard = data_args.mspp_positives, data_args.mspp_hard_negatives
@@ -320,16 +337,20 @@ def main(argv: list[str] | None = None) -> dict:
         )
         logger.info("materialised %d training examples", len(train_dataset))
     else:
-        # Trainer's accelerate dispatches batches of an iterable dataset from the main process by default, so the
-        # dataset itself must not split by rank (it still splits across dataloader workers).
-        dispatching = training_args.accelerator_config.dispatch_batches is not False
+        dispatching = configure_streaming(training_args, collator)
+        # Every process generates the same stream (rank 0 of 1); accelerate gives each rank its slice of every global
+        # batch (IterableDatasetShard), or, when dispatching, rank 0 generates and sends the slices. Positions are
+        # tracked for exact resume (and seed the masking of each batch).
         train_dataset = StructurePretrainingIterableDataset(
             train_documents,
             data_args.objective,
             keep_provenance=False,
-            **({"rank": 0, "world_size": 1} if dispatching else {}),
+            track_positions=True,
+            rank=0,
+            world_size=1,
             **generation,
         )
+        collator = PositionTrackingCollator(collator, seed=training_args.seed)
     if next(iter(train_dataset), None) is None:  # stops at the first example; a whole epoch only if there is none
         raise ValueError(
             f"objective {data_args.objective!r} produced no example from {len(train_documents)} training documents: "
@@ -351,18 +372,35 @@ def main(argv: list[str] | None = None) -> dict:
     else:
         training_args.eval_strategy = "no"
 
+    stop = GracefulStop()
     trainer = SSPTrainer(
         model=model,
         args=training_args,
         data_collator=collator,
         train_dataset=train_dataset,
         eval_dataset=eval_dataset,
+        callbacks=[stop],
     )
+    resume = training_args.resume_from_checkpoint
+    if not data_args.materialize:
+        workers = max(1, training_args.dataloader_num_workers)
+        per_batch = training_args.per_device_train_batch_size * (1 if dispatching else training_args.world_size)
+        trainer.stream_layout = {"num_consumers": workers, "workers_per_rank": workers, "examples_per_batch": per_batch}
+        prepare_exact_resume(trainer, train_dataset, resume)
     results = {}
-    if eval_dataset is not None:
+    if eval_dataset is not None and not resume:
         results["before"] = trainer.evaluate(metric_key_prefix="before")
-    train_result = trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
+    train_result = trainer.train(resume_from_checkpoint=resume)
     results["train"] = train_result.metrics
+    if stop.stopped:
+        checkpoint = f"{training_args.output_dir}/checkpoint-{trainer.state.global_step}"
+        logger.warning(
+            "stopped by a signal after step %d; no final model written. Continue with --resume_from_checkpoint %s",
+            trainer.state.global_step,
+            checkpoint,
+        )
+        results["interrupted"] = {"global_step": trainer.state.global_step, "checkpoint": checkpoint}
+        return results
     if eval_dataset is not None:
         results["eval"] = trainer.evaluate()
         trainer.log_metrics("eval", results["eval"])
@@ -406,4 +444,4 @@ def main(argv: list[str] | None = None) -> dict:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    sys.exit(143 if "interrupted" in main(sys.argv[1:]) else 0)  # 143 = 128 + SIGTERM: a scheduler sees a pre-emption
