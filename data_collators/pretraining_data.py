@@ -635,4 +635,12 @@ def stream_state_from_positions(
             for c in range(rank * workers_per_rank, (rank + 1) * workers_per_rank)
         ]
         rotation[str(rank)] = counts.index(min(counts))
-    return {"version": 1, "epoch": epoch, "num_consumers": num_consumers, "consumers": consumers, "rotation": rotation}
+    return {
+        "version": 1,
+        "epoch": epoch,
+        "num_consumers": num_consumers,
+        "workers_per_rank": workers_per_rank,
+        "examples_per_batch": examples_per_batch,
+        "consumers": consumers,
+        "rotation": rotation,
+    }

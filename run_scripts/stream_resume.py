@@ -148,6 +148,15 @@ def prepare_exact_resume(trainer, dataset, checkpoint: str | None) -> bool:
         return False
     with open(path, encoding="utf-8") as handle:
         state = json.load(handle)
+    layout = trainer.stream_layout or {}
+    saved = {name: state.get(name) for name in layout}
+    if saved != layout:
+        raise ValueError(
+            f"{checkpoint} was saved by a run whose stream layout was {saved} (dataloader workers x per-device batch x "
+            f"processes), this run has {layout}: resume exactly with the same --dataloader_num_workers, "
+            "--per_device_train_batch_size and number of processes (or delete "
+            f"{STREAM_STATE_NAME} to resume approximately)"
+        )
     dataset.resume(state)
     trainer.args.ignore_data_skip = True
     trainer._rng_resync = checkpoint
