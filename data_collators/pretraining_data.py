@@ -279,8 +279,11 @@ def generate_pretraining_dataset(
         keep_provenance: keep the provenance columns (``objective``, ``kind``, ``batch``, ``group``,
             ``*_doc``, ``*_par``, ``*_sents``); otherwise only texts and labels.
         output_dir: if given, also save there: ``output_format="arrow"`` -> ``save_to_disk`` (reload
-            with ``datasets.load_from_disk``), ``"parquet"`` -> ``part-XXXXX.parquet`` files.
-        num_shards: number of saved shards (default: ``datasets``' choice for Arrow, 1 for Parquet).
+            with ``datasets.load_from_disk``), ``"parquet"`` -> ``part-XXXXX-of-YYYYY.parquet`` files (stream them
+            back with ``datasets.load_dataset("parquet", data_files=..., streaming=True)``, or
+            ``run_pretrain.py --examples_dir``). Written to a temporary sibling folder, then renamed into place.
+        num_shards: number of saved shards (default: ``datasets``' choice for Arrow, ``num_proc`` (or 1) for
+            Parquet, written by ``num_proc`` threads).
         num_negatives, max_hard_negatives, num_positives: see :func:`.structure_objectives.generate_examples`
             (``num_positives`` is read by MSPP only).
 
@@ -338,19 +341,35 @@ def generate_pretraining_dataset(
 
 
 def _save(result: datasets.Dataset, output_dir: Path, output_format: str, num_shards: int | None, num_proc) -> None:
+    """Write the shards into a temporary sibling folder, then rename it into place (the previous folder, if any,
+    stays intact until then): a crash never leaves a folder that looks complete but is not."""
+    import shutil
+    from concurrent.futures import ThreadPoolExecutor
+
+    output_dir = Path(output_dir)
+    output_dir.parent.mkdir(parents=True, exist_ok=True)
+    tmp = output_dir.with_name(f".{output_dir.name}.tmp-{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    workers = num_proc if num_proc and num_proc > 1 else None
     if output_format == "arrow":
-        result.save_to_disk(
-            str(output_dir), num_shards=num_shards, num_proc=num_proc if num_proc and num_proc > 1 else None
-        )
+        result.save_to_disk(str(tmp), num_shards=num_shards, num_proc=workers)
     else:
-        output_dir.mkdir(parents=True, exist_ok=True)
-        shards = num_shards or 1
-        for index in range(shards):
+        tmp.mkdir()
+        shards = num_shards or workers or 1
+
+        def write(index: int) -> None:  # pyarrow releases the GIL: shards are written in parallel threads
             shard = result.shard(num_shards=shards, index=index, contiguous=True)
-            target = output_dir / f"part-{index:05d}-of-{shards:05d}.parquet"
-            tmp = target.with_suffix(".parquet.tmp")
-            shard.to_parquet(str(tmp))
-            os.replace(tmp, target)
+            shard.to_parquet(str(tmp / f"part-{index:05d}-of-{shards:05d}.parquet"))
+
+        with ThreadPoolExecutor(max_workers=workers or 1) as pool:
+            list(pool.map(write, range(shards)))
+    if output_dir.exists():
+        old = output_dir.with_name(f".{output_dir.name}.old-{os.getpid()}")
+        os.replace(output_dir, old)
+        os.replace(tmp, output_dir)
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        os.replace(tmp, output_dir)
     logger.info("saved %d examples to %s (%s)", len(result), output_dir, output_format)
 
 

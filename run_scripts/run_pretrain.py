@@ -111,6 +111,31 @@ class PretrainDataArguments:
     streaming: bool = field(default=True, metadata={"help": "Generate examples on the fly (fresh every epoch)."})
     materialize: bool = field(default=False, metadata={"help": "Generate once with datasets.map instead."})
     save_examples: str | None = field(default=None, metadata={"help": "With --materialize: save shards here."})
+    save_format: str = field(
+        default="parquet", metadata={"help": "--save_examples format: 'parquet' (part-*.parquet) or 'arrow'."}
+    )
+    save_num_shards: int | None = field(
+        default=None, metadata={"help": "--save_examples shards (default: --preprocessing_num_workers, or 1)."}
+    )
+    examples_dir: str | None = field(
+        default=None,
+        metadata={
+            "help": "Train by streaming examples saved by --materialize --save_examples (Parquet or Arrow shards) "
+            "instead of generating them; --corpus still gives the held-out documents."
+        },
+    )
+    shuffle_buffer: int = field(default=10_000, metadata={"help": "--examples_dir: shuffle buffer (examples)."})
+    corpus_streaming: bool = field(
+        default=False,
+        metadata={
+            "help": "Read --corpus (a `datasets` id, or JSONL / text / Parquet files) with streaming=True: documents "
+            "are split and examples generated on the fly, nothing is loaded up front. The first "
+            "--validation_documents documents are held out."
+        },
+    )
+    validation_documents: int = field(
+        default=200, metadata={"help": "--corpus_streaming: documents held out (from the start of the stream)."}
+    )
     documents_per_batch: int = field(default=16, metadata={"help": "Documents per batch (easy negatives)."})
     validation_fraction: float = field(default=0.2, metadata={"help": "Held-out documents for evaluation."})
     eval_passes: int = field(default=10, metadata={"help": "Sampling passes over the held-out documents."})
@@ -123,6 +148,13 @@ class PretrainDataArguments:
     mlm_probability: float = 0.15
     whole_word_mask: bool = False
     preprocessing_num_workers: int | None = None
+    exact_resume: bool = field(
+        default=True,
+        metadata={
+            "help": "Streaming: track stream positions so that --resume_from_checkpoint continues exactly (and seed "
+            "each batch's masking from them); false: Trainer's approximate batch skipping."
+        },
+    )
 
 
 @dataclass
@@ -161,6 +193,60 @@ def load_corpus(data_args: PretrainDataArguments):
     documents, stats = load_documents(source, config)
     logger.info("corpus: %d documents (%s)", len(documents), stats.summary())
     return documents
+
+
+_STREAMING_BUILDERS = {".jsonl": "json", ".json": "json", ".txt": "text", ".parquet": "parquet", ".csv": "csv"}
+
+
+def load_streaming_corpus(data_args: PretrainDataArguments):
+    """``--corpus_streaming``: (training documents as a lazy ``datasets.IterableDataset``, held-out documents as a list).
+
+    The held-out documents are the first ``--validation_documents`` of the stream: the same set whatever the number of
+    processes or dataloader workers; training skips them.
+    """
+    from as2hub.data_collators import documents_from_dataset
+
+    source = data_args.corpus
+    if source is None:
+        raise ValueError("--corpus_streaming needs --corpus (a `datasets` id or JSONL / text / Parquet files)")
+    if _looks_like_files(source):
+        suffix = next((s for s in _STREAMING_BUILDERS if source.rstrip("*").endswith(s)), None)
+        if suffix is None:
+            raise ValueError(
+                f"--corpus_streaming: cannot tell the format of {source!r} ({', '.join(_STREAMING_BUILDERS)})"
+            )
+        stream = datasets.load_dataset(_STREAMING_BUILDERS[suffix], data_files=source, split="train", streaming=True)
+    else:
+        stream = datasets.load_dataset(source, split="train", streaming=True)
+    config = CorpusConfig(
+        min_sentence_chars=data_args.min_sentence_chars,
+        min_paragraph_chars=data_args.min_paragraph_chars,
+        min_document_chars=data_args.min_document_chars,
+        paragraph_separator=data_args.paragraph_separator,
+        document_separator=data_args.document_separator,
+        text_field=data_args.text_field,
+    )
+    documents = documents_from_dataset(stream, config)
+    held_out = [row["paragraphs"] for row in itertools.islice(documents, data_args.validation_documents)]
+    logger.info("streaming corpus %s: %d held-out documents from the start of the stream", source, len(held_out))
+    return documents.skip(len(held_out)), (held_out if len(held_out) >= 2 else None)
+
+
+def examples_stream(data_args: PretrainDataArguments, seed: int):
+    """``--examples_dir``: the saved example shards as a shuffled ``datasets.IterableDataset`` (one shard per file)."""
+    from pathlib import Path
+
+    folder = Path(data_args.examples_dir)
+    parquet = sorted(str(path) for path in folder.glob("*.parquet"))
+    if parquet:
+        stream = datasets.load_dataset("parquet", data_files=parquet, split="train", streaming=True)
+    elif (folder / "dataset_info.json").exists():
+        saved = datasets.load_from_disk(str(folder))
+        stream = saved.to_iterable_dataset(num_shards=max(1, len(saved.cache_files)))
+    else:
+        raise ValueError(f"--examples_dir {folder}: no part-*.parquet files and no saved Arrow dataset")
+    logger.info("streaming examples from %s (%d shards)", folder, stream.num_shards)
+    return stream.shuffle(seed=seed, buffer_size=data_args.shuffle_buffer)
 
 
 def _looks_like_files(source: str) -> bool:
@@ -300,8 +386,17 @@ def main(argv: list[str] | None = None) -> dict:
         raise SystemExit(f"unknown --objective {data_args.objective!r}: use one of {', '.join(OBJECTIVES)}")
     set_seed(training_args.seed)
 
-    documents = load_corpus(data_args)
-    train_documents, eval_documents = split_documents(documents, data_args.validation_fraction, training_args.seed)
+    if data_args.corpus_streaming:
+        if data_args.materialize:
+            raise ValueError("--corpus_streaming generates on the fly: drop --materialize")
+        train_documents, eval_documents = load_streaming_corpus(data_args)
+        # A tokenizer trained from scratch sees the held-out documents and the first thousand training ones.
+        documents = [{"paragraphs": doc} for doc in eval_documents or []] + list(
+            itertools.islice(train_documents, 1000)
+        )
+    else:
+        documents = load_corpus(data_args)
+        train_documents, eval_documents = split_documents(documents, data_args.validation_fraction, training_args.seed)
     tokenizer_source = model_args.tokenizer_name or model_args.model_name_or_path
     if tokenizer_source:
         tokenizer = AutoTokenizer.from_pretrained(tokenizer_source)
@@ -333,9 +428,14 @@ def main(argv: list[str] | None = None) -> dict:
             num_proc=data_args.preprocessing_num_workers,
             keep_provenance=False,
             output_dir=data_args.save_examples,
+            output_format=data_args.save_format,
+            num_shards=data_args.save_num_shards,
             **generation,
         )
         logger.info("materialised %d training examples", len(train_dataset))
+    elif data_args.examples_dir:
+        configure_streaming(training_args, collator)
+        train_dataset = examples_stream(data_args, training_args.seed)
     else:
         dispatching = configure_streaming(training_args, collator)
         # Every process generates the same stream (rank 0 of 1); accelerate gives each rank its slice of every global
@@ -345,12 +445,13 @@ def main(argv: list[str] | None = None) -> dict:
             train_documents,
             data_args.objective,
             keep_provenance=False,
-            track_positions=True,
+            track_positions=data_args.exact_resume,
             rank=0,
             world_size=1,
             **generation,
         )
-        collator = PositionTrackingCollator(collator, seed=training_args.seed)
+        if data_args.exact_resume:
+            collator = PositionTrackingCollator(collator, seed=training_args.seed)
     if next(iter(train_dataset), None) is None:  # stops at the first example; a whole epoch only if there is none
         raise ValueError(
             f"objective {data_args.objective!r} produced no example from {len(train_documents)} training documents: "
@@ -382,7 +483,7 @@ def main(argv: list[str] | None = None) -> dict:
         callbacks=[stop],
     )
     resume = training_args.resume_from_checkpoint
-    if not data_args.materialize:
+    if not data_args.materialize and not data_args.examples_dir and data_args.exact_resume:
         workers = max(1, training_args.dataloader_num_workers)
         per_batch = training_args.per_device_train_batch_size * (1 if dispatching else training_args.world_size)
         trainer.stream_layout = {"num_consumers": workers, "workers_per_rank": workers, "examples_per_batch": per_batch}
