@@ -100,6 +100,7 @@ class SSPTrainer(StreamStateMixin, Trainer):
         labels = np.asarray(eval_prediction.label_ids).reshape(-1)
         active = labels != -100
         scores, labels = scores[active], labels[active]
+        metrics["cls_items"] = float(len(labels))  # scored sentence-level items (any number of processes: all, once)
         if len(labels):
             metrics["cls_accuracy"] = float(((scores > 0).astype(int) == labels).mean())
             metrics["cls_majority_rate"] = float(max(labels.mean(), 1 - labels.mean()))

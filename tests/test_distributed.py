@@ -64,6 +64,26 @@ def test_rank_and_worker_sharding_is_a_partition_of_the_single_process_stream():
     assert {b for b, *_ in ranks[0]} == {0, 2, 4} and {b for b, *_ in ranks[1]} == {1, 3, 5}
 
 
+def test_streaming_does_not_dispatch_unless_asked_and_then_pads_to_max_length(tokenizers):
+    from types import SimpleNamespace
+
+    from transformers.trainer_pt_utils import AcceleratorConfig
+
+    from as2hub.data_collators import PretrainingCollator
+
+    def configure(dispatch, world_size):
+        args = SimpleNamespace(accelerator_config=AcceleratorConfig(dispatch_batches=dispatch), world_size=world_size)
+        collator = PretrainingCollator(tokenizers["roberta"], max_length=64)
+        return run_pretrain.configure_streaming(args, collator), args.accelerator_config.dispatch_batches, collator
+
+    assert configure(None, 2)[:2] == (False, False)
+    dispatching, _, collator = configure(True, 2)
+    assert dispatching and collator.pad_to_multiple_of == 64
+    batch = collator([{"text_a": "short", "text_b": "one"}, {"text_a": "a bit longer text", "text_b": "two"}])
+    assert batch["input_ids"].shape[1] == 64  # every dispatched batch has the same shape: concatenation works
+    assert configure(True, 1)[2].pad_to_multiple_of == 8
+
+
 def read_stream_log(prefix: Path, rank: int) -> list[dict]:
     return [json.loads(line) for line in Path(f"{prefix}.rank{rank}.jsonl").read_text().splitlines()]
 
@@ -117,6 +137,12 @@ def test_two_gloo_processes_split_the_stream_and_only_rank_0_writes(tmp_path):
         assert len(mine) == len(theirs) == 4 and not set(mine) & set(theirs)
         # Rank 0 has the first half of the single-process batch, rank 1 the second: the same examples in order.
         assert mine + theirs == [tuple(p) for p in single[step]["positions"]]
+
+    # The held-out set is the same for 1 and 2 processes, and the 2 ranks score each of its items once between them.
+    dist_results = json.loads((out / "pretrain_results.json").read_text())
+    single_results = json.loads((tmp_path / "single" / "pretrain_results.json").read_text())
+    assert dist_results["before"]["before_cls_items"] == single_results["before"]["before_cls_items"] > 100
+    assert dist_results["eval"]["eval_cls_items"] == single_results["eval"]["eval_cls_items"]
 
     # Only rank 0 writes the output folder (model, card, run record, metrics); rank 1 writes just its RNG state.
     for name in ("README.md", "as2hub_run.json", "pretrain_results.json", "model.safetensors", "config.json"):
