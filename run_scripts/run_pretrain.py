@@ -22,8 +22,16 @@ one pass; which candidates come from its paragraph?) and are then fine-tuned by 
         --model_type bert --model_name_or_path sentence-transformers/all-MiniLM-L6-v2 --corpus "wiki/*.txt"
     python -m as2hub.run_scripts.run_joint --model_name_or_path outputs/pretrain --head AE_k --dataset wikiqa
 
-Examples are generated on the fly by default (fresh negatives every epoch, sharded across dataloader workers and
-ranks); ``--materialize`` generates them once with ``datasets.map`` (``--save_examples DIR`` keeps the shards).
+Examples are generated on the fly by default (fresh negatives every epoch, split across dataloader workers; every rank
+takes its slice of each global batch); ``--materialize`` generates them once with ``datasets.map`` (``--save_examples
+DIR`` keeps Parquet shards, ``--examples_dir DIR`` streams them back); ``--corpus_streaming`` reads a ``datasets``
+corpus with ``streaming=True``. Several processes (README "Scaling out")::
+
+    torchrun --nproc_per_node 8 -m as2hub.run_scripts.run_pretrain --per_device_train_batch_size 64 \
+        --gradient_accumulation_steps 8 ...          # 64 x 8 x 8 = 4,096 examples per step, the papers' batch
+
+``--resume_from_checkpoint`` continues a streaming run exactly (``as2hub_stream_state.json`` in each checkpoint, see
+:mod:`as2hub.run_scripts.stream_resume`); SIGTERM saves a checkpoint and exits with status 143.
 A held-out slice of the documents gives the evaluation set: MLM loss and sentence-level accuracy / AUC.
 ``--push_to_hub --hub_model_id namespace/name`` publishes the result at the end of the run (or later:
 ``as2hub-push OUTPUT_DIR namespace/name``); ``run_as2.py --model_name_or_path namespace/name`` fine-tunes it.
