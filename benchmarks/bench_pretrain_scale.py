@@ -11,6 +11,9 @@ the final save are excluded).
     run reads the same stream, each rank its half of every global batch);
 (b) exact-resume overhead: ``--exact_resume true`` vs ``false`` (stream positions, per-batch seeded masking, a
     position record per step), ``--repeats`` interleaved pairs, ratio of the medians (target <= 1.01);
+(b') the same cost in-process, less exposed to the shared machine's noise: generating and collating ``--micro_batches``
+    batches with tracking (positions, the seeded-masking wrapper, the per-step position record) vs without,
+    interleaved, over the time of the whole step (data + forward + backward + AdamW step of the tiny model);
 (c) RSS: one process for ``--rss_steps`` steps; the parent samples the child's ``VmRSS`` every 0.5 s and maps it to
     the step reached (from the ``AS2HUB_STREAM_LOG`` line count); reports start (after 5% of the steps) / middle / end
     and the least-squares slope in MiB per 1,000 steps over the second half.
@@ -127,11 +130,76 @@ def rss_at(points, step):
     return min(points, key=lambda p: abs(p[0] - step))[1]
 
 
+def bookkeeping_microbench(batch: int, batches: int, repeats: int) -> dict:
+    """(b'): ms per batch of the data path with and without exact-resume tracking, and of a training step."""
+    import itertools
+
+    import torch
+
+    from as2hub.data_collators import PretrainingCollator, StructurePretrainingIterableDataset
+    from as2hub.modeling import SSP_MODELS
+    from as2hub.run_scripts import run_pretrain
+    from as2hub.run_scripts.stream_resume import PositionTrackingCollator, StreamStateMixin
+    from as2hub.run_scripts.tiny_defaults import TINY_ROBERTA, train_corpus_tokenizer
+
+    torch.set_num_threads(1)
+    documents = run_pretrain.load_corpus(run_pretrain.PretrainDataArguments())
+    tokenizer = train_corpus_tokenizer(documents, "roberta", 4000)
+    collator = PretrainingCollator(tokenizer, max_length=128, num_token_types=3)
+    recorder = StreamStateMixin()
+
+    def data_path(track: bool) -> float:
+        dataset = StructurePretrainingIterableDataset(
+            documents, "dslc", keep_provenance=False, track_positions=track, rank=0, world_size=1
+        )
+        collate = PositionTrackingCollator(collator) if track else collator
+        examples = iter(dataset)
+        start = time.perf_counter()
+        for _ in range(batches):
+            inputs = collate(list(itertools.islice(examples, batch)))
+            if track:
+                recorder._record_positions(inputs)
+        return (time.perf_counter() - start) / batches * 1000
+
+    timings = {True: [], False: []}
+    for _ in range(repeats):
+        for track in (False, True):
+            timings[track].append(data_path(track))
+    config_class, model_class = SSP_MODELS["roberta"]
+    model = model_class(
+        config_class(vocab_size=len(tokenizer), **TINY_ROBERTA, num_segments=3, sep_token_id=tokenizer.sep_token_id,
+                     pad_token_id=tokenizer.pad_token_id)
+    )  # fmt: skip
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    dataset = StructurePretrainingIterableDataset(documents, "dslc", keep_provenance=False, rank=0, world_size=1)
+    examples = iter(dataset)
+    steps = []
+    for _ in range(max(5, batches // 4)):
+        inputs = collator(list(itertools.islice(examples, batch)))
+        start = time.perf_counter()
+        model(**inputs).loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+        steps.append((time.perf_counter() - start) * 1000)
+    with_ms, without_ms = statistics.median(timings[True]), statistics.median(timings[False])
+    step_ms = statistics.median(steps[1:])
+    return {
+        "batch": batch,
+        "data_ms_with_tracking": with_ms,
+        "data_ms_without": without_ms,
+        "model_step_ms": step_ms,
+        "overhead_of_step": (with_ms - without_ms) / (without_ms + step_ms),
+        "repeats": timings,
+    }
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--steps", type=int, default=200, help="steps of each throughput / overhead run")
     parser.add_argument("--batch", type=int, default=32, help="global batch (examples per optimizer step)")
     parser.add_argument("--repeats", type=int, default=3, help="interleaved pairs for the exact-resume overhead")
+    parser.add_argument("--micro_batches", type=int, default=40, help="(b') batches per timing")
+    parser.add_argument("--skip_runs", action="store_true", help="only (b'): no subprocess runs")
     parser.add_argument("--rss_steps", type=int, default=3000)
     parser.add_argument("--rss_batch", type=int, default=8)
     parser.add_argument("--model_args", default="", help="extra run_pretrain arguments, e.g. '--objective ssp'")
@@ -140,6 +208,19 @@ def main(argv=None):
     extra = args.model_args.split()
     report = {"date": now_iso(), "machine": machine_info(), "arguments": vars(args)}
     started = time.time()
+
+    micro = bookkeeping_microbench(args.batch, args.micro_batches, max(args.repeats, 3))
+    report["exact_resume_in_process"] = micro
+    print(
+        f"exact-resume bookkeeping in-process: data path {micro['data_ms_without']:.2f} -> "
+        f"{micro['data_ms_with_tracking']:.2f} ms per batch of {args.batch}, model step {micro['model_step_ms']:.1f} ms: "
+        f"{micro['overhead_of_step']:+.2%} of a step",
+        flush=True,
+    )
+    if args.skip_runs:
+        report["load_average_at_end"] = list(os.getloadavg())
+        write_json(args.results, report)
+        return report
 
     throughput = {}
     for name, processes, threads in (("1 process x 1 thread", 1, 1), ("1 process x 2 threads", 1, 2),
