@@ -18,7 +18,9 @@ count at 0, so a run resumed in epoch 2 would replay epoch 0. Here instead:
 
 Resuming needs the same number of processes, ``--dataloader_num_workers`` and per-device batch size as the saved
 run (the stream is dealt to that layout); a checkpoint without ``as2hub_stream_state.json`` falls back to
-``Trainer``'s skipping with a warning.
+``Trainer``'s skipping with a warning. Limit: with several dataloader workers, a checkpoint taken in the last batches
+of an epoch, after one worker ran out while others still had batches, resumes with the round robin of full workers
+(the order of those last batches may differ; no example is lost or repeated).
 
 :class:`GracefulStop` turns SIGTERM (sent by schedulers before pre-emption, and forwarded by ``torchrun``) into a
 checkpoint at the next optimizer step and a clean stop; the run script then logs how to resume.
