@@ -420,7 +420,7 @@ class StructurePretrainingIterableDataset(torch.utils.data.IterableDataset):
 
         dataset = StructurePretrainingIterableDataset(documents, "dslc", track_positions=True)
         ...  # consume examples, keep the STREAM_POSITION_KEY values of the consumed ones
-        state = stream_state_from_positions(consumed_positions, batches_per_round=1)
+        state = stream_state_from_positions(consumed_positions, num_consumers=1)
         resumed = StructurePretrainingIterableDataset(documents, "dslc", track_positions=True)
         resumed.resume(state)  # yields exactly what `dataset` would have yielded next
     """
