@@ -50,7 +50,7 @@ def test_training_streams_saved_shards_back(tmp_path):
     results = run_pretrain.main(["--output_dir", str(tmp_path / "s"), *QUICK, "--examples_dir", str(shards)])
     assert results["train"]["train_loss"] > 0 and (tmp_path / "s" / "model.safetensors").exists()
     with pytest.raises(ValueError, match="no part-"):
-        run_pretrain.main(["--output_dir", str(tmp_path / "x"), *QUICK, "--examples_dir", str(tmp_path)])
+        run_pretrain.examples_stream(run_pretrain.PretrainDataArguments(examples_dir=str(tmp_path)), seed=0)
 
 
 def write_corpus(path: Path, n=40):
