@@ -35,6 +35,7 @@ def test_parquet_shards_are_written_by_num_proc_workers_into_a_renamed_folder(tm
     assert [row["text_a"] for row in reloaded] == examples["text_a"]
 
 
+@pytest.mark.slow
 def test_training_streams_saved_shards_back(tmp_path):
     torch.set_num_threads(1)
     shards = tmp_path / "shards"
@@ -58,6 +59,7 @@ def write_corpus(path: Path, n=40):
     path.write_text("".join(json.dumps(row) + "\n" for row in rows))
 
 
+@pytest.mark.slow
 def test_streaming_corpus_holds_out_the_first_documents_and_trains_on_the_rest(tmp_path):
     torch.set_num_threads(1)
     corpus = tmp_path / "corpus.jsonl"
