@@ -45,7 +45,9 @@ from .structure_objectives import (
 logger = logging.getLogger(__name__)
 
 __all__ = [
+    "STREAM_POSITION_KEY",
     "StructurePretrainingIterableDataset",
+    "stream_state_from_positions",
     "example_features",
     "generate_pretraining_dataset",
     "generate_pretraining_batch",
@@ -277,8 +279,11 @@ def generate_pretraining_dataset(
         keep_provenance: keep the provenance columns (``objective``, ``kind``, ``batch``, ``group``,
             ``*_doc``, ``*_par``, ``*_sents``); otherwise only texts and labels.
         output_dir: if given, also save there: ``output_format="arrow"`` -> ``save_to_disk`` (reload
-            with ``datasets.load_from_disk``), ``"parquet"`` -> ``part-XXXXX.parquet`` files.
-        num_shards: number of saved shards (default: ``datasets``' choice for Arrow, 1 for Parquet).
+            with ``datasets.load_from_disk``), ``"parquet"`` -> ``part-XXXXX-of-YYYYY.parquet`` files (stream them
+            back with ``datasets.load_dataset("parquet", data_files=..., streaming=True)``, or
+            ``run_pretrain.py --examples_dir``). Written to a temporary sibling folder, then renamed into place.
+        num_shards: number of saved shards (default: ``datasets``' choice for Arrow, ``num_proc`` (or 1) for
+            Parquet, written by ``num_proc`` threads).
         num_negatives, max_hard_negatives, num_positives: see :func:`.structure_objectives.generate_examples`
             (``num_positives`` is read by MSPP only).
 
@@ -336,19 +341,35 @@ def generate_pretraining_dataset(
 
 
 def _save(result: datasets.Dataset, output_dir: Path, output_format: str, num_shards: int | None, num_proc) -> None:
+    """Write the shards into a temporary sibling folder, then rename it into place (the previous folder, if any,
+    stays intact until then): a crash never leaves a folder that looks complete but is not."""
+    import shutil
+    from concurrent.futures import ThreadPoolExecutor
+
+    output_dir = Path(output_dir)
+    output_dir.parent.mkdir(parents=True, exist_ok=True)
+    tmp = output_dir.with_name(f".{output_dir.name}.tmp-{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    workers = num_proc if num_proc and num_proc > 1 else None
     if output_format == "arrow":
-        result.save_to_disk(
-            str(output_dir), num_shards=num_shards, num_proc=num_proc if num_proc and num_proc > 1 else None
-        )
+        result.save_to_disk(str(tmp), num_shards=num_shards, num_proc=workers)
     else:
-        output_dir.mkdir(parents=True, exist_ok=True)
-        shards = num_shards or 1
-        for index in range(shards):
+        tmp.mkdir()
+        shards = num_shards or workers or 1
+
+        def write(index: int) -> None:  # pyarrow releases the GIL: shards are written in parallel threads
             shard = result.shard(num_shards=shards, index=index, contiguous=True)
-            target = output_dir / f"part-{index:05d}-of-{shards:05d}.parquet"
-            tmp = target.with_suffix(".parquet.tmp")
-            shard.to_parquet(str(tmp))
-            os.replace(tmp, target)
+            shard.to_parquet(str(tmp / f"part-{index:05d}-of-{shards:05d}.parquet"))
+
+        with ThreadPoolExecutor(max_workers=workers or 1) as pool:
+            list(pool.map(write, range(shards)))
+    if output_dir.exists():
+        old = output_dir.with_name(f".{output_dir.name}.old-{os.getpid()}")
+        os.replace(output_dir, old)
+        os.replace(tmp, output_dir)
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        os.replace(tmp, output_dir)
     logger.info("saved %d examples to %s (%s)", len(result), output_dir, output_format)
 
 
@@ -388,9 +409,20 @@ class StructurePretrainingIterableDataset(torch.utils.data.IterableDataset):
         batch_transform: optional function applied to the list of examples of each document batch
             (e.g. batched tokenization); its return value is iterated and yielded item by item.
         keep_provenance: keep the provenance fields of each example.
+        track_positions: add to each example its stream position under :data:`STREAM_POSITION_KEY`:
+            ``(epoch, consumer_id, batch_index, offset_in_batch, consumer_example_index)`` (see
+            :func:`stream_state_from_positions` and :meth:`resume`; ``run_pretrain.py`` uses it for exact resume).
         num_negatives, max_hard_negatives, num_positives: see :func:`.structure_objectives.generate_examples`.
 
     Use ``set_epoch(epoch)`` before each epoch (with ``persistent_workers=False`` so workers see it).
+
+    Exact resume::
+
+        dataset = StructurePretrainingIterableDataset(documents, "dslc", track_positions=True)
+        ...  # consume examples, keep the STREAM_POSITION_KEY values of the consumed ones
+        state = stream_state_from_positions(consumed_positions, num_consumers=1)
+        resumed = StructurePretrainingIterableDataset(documents, "dslc", track_positions=True)
+        resumed.resume(state)  # yields exactly what `dataset` would have yielded next
     """
 
     def __init__(
@@ -409,6 +441,7 @@ class StructurePretrainingIterableDataset(torch.utils.data.IterableDataset):
         num_negatives: int = 4,
         max_hard_negatives: int = 2,
         num_positives: int = 1,
+        track_positions: bool = False,
     ) -> None:
         super().__init__()
         get_objective(objective)  # validate early
@@ -433,17 +466,36 @@ class StructurePretrainingIterableDataset(torch.utils.data.IterableDataset):
             "max_hard_negatives": max_hard_negatives,
             "num_positives": num_positives,
         }
+        self.track_positions = track_positions
         self.epoch = 0
+        self._resume_state: dict[str, Any] | None = None
+        self._epoch_offset: int | None = None
         self.random_access = isinstance(documents, (datasets.Dataset, Sequence)) and not isinstance(documents, str)
         if isinstance(documents, datasets.Dataset) and "paragraphs" not in documents.column_names:
             raise ValueError(f"documents dataset needs a 'paragraphs' column (columns: {documents.column_names})")
         self._keep = set(example_features(objective, keep_provenance))
 
     def set_epoch(self, epoch: int) -> None:
-        """Select the epoch: new seeds, new document grouping, hence new negatives."""
-        self.epoch = int(epoch)
+        """Select the epoch: new seeds, new document grouping, hence new negatives.
+
+        After :meth:`resume`, epochs count from the resumed one: the first ``set_epoch(e)`` maps ``e`` to the saved
+        epoch (``Trainer`` restarts its own epoch count at 0 for a streaming dataset with ``max_steps``).
+        """
+        if self._epoch_offset is None and self._resume_state is not None:
+            self._epoch_offset = self._resume_state["epoch"] - int(epoch)
+        self.epoch = int(epoch) + (self._epoch_offset or 0)
         if not self.random_access and hasattr(self.documents, "set_epoch"):
-            self.documents.set_epoch(epoch)
+            self.documents.set_epoch(self.epoch)
+
+    def resume(self, state: dict[str, Any]) -> None:
+        """Continue from a stream state (:func:`stream_state_from_positions`): the saved epoch, every consumer
+        restarting after its last consumed example and the dataloader workers' round robin continuing where it was.
+        The consumer layout (ranks x dataloader workers) must be the one the state was saved with."""
+        if state.get("version") != 1:
+            raise ValueError(f"unknown stream state version {state.get('version')!r}")
+        self._resume_state = state
+        self._epoch_offset = None
+        self.epoch = int(state["epoch"])
 
     @property
     def num_document_batches(self) -> int:
@@ -456,11 +508,28 @@ class StructurePretrainingIterableDataset(torch.utils.data.IterableDataset):
         return (self.rank, self.world_size) if self.world_size is not None else _distributed_rank_world()
 
     def consumer(self) -> tuple[int, int]:
-        """``(consumer_id, num_consumers)`` of the calling process / dataloader worker."""
+        """``(consumer_id, num_consumers)`` of the calling process / dataloader worker.
+
+        After :meth:`resume` the workers of a rank are rotated so that the round robin of the dataloader (which
+        restarts at worker 0) continues with the worker whose batch was due next.
+        """
         rank, world = self._rank_world()
         info = torch.utils.data.get_worker_info()
         worker, workers = (info.id, info.num_workers) if info is not None else (0, 1)
+        state = self._active_resume_state()
+        if state is not None:
+            if state["num_consumers"] != world * workers:
+                raise ValueError(
+                    f"the stream state was saved with {state['num_consumers']} consumers (ranks x dataloader "
+                    f"workers), this run has {world * workers}: resume with the same --dataloader_num_workers and "
+                    "number of processes"
+                )
+            worker = (worker + int(state["rotation"][str(rank)] if str(rank) in state["rotation"] else 0)) % workers
         return rank * workers + worker, world * workers
+
+    def _active_resume_state(self) -> dict[str, Any] | None:
+        state = self._resume_state
+        return state if state is not None and state["epoch"] == self.epoch else None
 
     def document_batches(self, consumer_id: int = 0, num_consumers: int = 1) -> Iterator[tuple[int, list[int]]]:
         """``(batch_index, document_indices)`` of this epoch's batches for one consumer (random access)."""
@@ -516,7 +585,14 @@ class StructurePretrainingIterableDataset(torch.utils.data.IterableDataset):
         else:
             batches = self._iterable_batches()
         stats: Counter = Counter()
+        start = None
+        state = self._active_resume_state()
+        if state is not None:
+            start = state["consumers"].get(str(consumer_id))  # None: this consumer had not yielded anything yet
+        index = start["index"] + 1 if start is not None else 0
         for b, indices, docs in batches:
+            if start is not None and b < start["batch"]:
+                continue  # whole document batches before the resume point: not even generated
             examples = generate_pretraining_batch(
                 self.objective,
                 docs,
@@ -531,6 +607,14 @@ class StructurePretrainingIterableDataset(torch.utils.data.IterableDataset):
                 random.Random(derive_seed(self.seed, self.epoch, b, "examples")).shuffle(examples)
             if not self.keep_provenance:
                 examples = [{key: value for key, value in ex.items() if key in self._keep} for ex in examples]
+            if self.track_positions:
+                for offset, example in enumerate(examples):
+                    example[STREAM_POSITION_KEY] = (self.epoch, consumer_id, b, offset)
+                if start is not None and b == start["batch"]:
+                    examples = examples[start["offset"] + 1 :]
+                for example in examples:
+                    example[STREAM_POSITION_KEY] = (*example[STREAM_POSITION_KEY], index)
+                    index += 1
             if self.batch_transform is not None:
                 yield from self.batch_transform(examples)
             else:
@@ -538,3 +622,44 @@ class StructurePretrainingIterableDataset(torch.utils.data.IterableDataset):
         logger.debug(
             "%s epoch %d consumer %d/%d: %s", self.objective, self.epoch, consumer_id, num_consumers, dict(stats)
         )
+
+
+STREAM_POSITION_KEY = "_stream_position"
+"""Key of ``(epoch, consumer_id, batch_index, offset_in_batch, consumer_example_index)`` in tracked examples."""
+
+
+def stream_state_from_positions(
+    positions: Iterable[Sequence[int]], num_consumers: int, workers_per_rank: int = 1, examples_per_batch: int = 1
+) -> dict[str, Any]:
+    """The resume state after the examples at ``positions`` (tracked stream positions, any order) were consumed.
+
+    Only the positions of the latest epoch count. Per consumer the last consumed example is kept; for the
+    round robin of a rank's ``workers_per_rank`` dataloader workers (each yields whole batches of
+    ``examples_per_batch`` examples, in turn), ``rotation`` is the worker whose batch comes next: the first with
+    the fewest consumed batches. JSON-serialisable (keys are strings).
+    """
+    positions = [tuple(int(v) for v in p) for p in positions]
+    if not positions:
+        raise ValueError("no consumed stream positions")
+    epoch = max(p[0] for p in positions)
+    consumers: dict[str, dict[str, int]] = {}
+    for _, consumer, batch, offset, index in (p for p in positions if p[0] == epoch):
+        current = consumers.get(str(consumer))
+        if current is None or index > current["index"]:
+            consumers[str(consumer)] = {"batch": batch, "offset": offset, "index": index}
+    rotation = {}
+    for rank in range(max(num_consumers // workers_per_rank, 1)):
+        counts = [
+            (consumers[str(c)]["index"] + 1) // examples_per_batch if str(c) in consumers else 0
+            for c in range(rank * workers_per_rank, (rank + 1) * workers_per_rank)
+        ]
+        rotation[str(rank)] = counts.index(min(counts))
+    return {
+        "version": 1,
+        "epoch": epoch,
+        "num_consumers": num_consumers,
+        "workers_per_rank": workers_per_rank,
+        "examples_per_batch": examples_per_batch,
+        "consumers": consumers,
+        "rotation": rotation,
+    }

@@ -22,8 +22,16 @@ one pass; which candidates come from its paragraph?) and are then fine-tuned by 
         --model_type bert --model_name_or_path sentence-transformers/all-MiniLM-L6-v2 --corpus "wiki/*.txt"
     python -m as2hub.run_scripts.run_joint --model_name_or_path outputs/pretrain --head AE_k --dataset wikiqa
 
-Examples are generated on the fly by default (fresh negatives every epoch, sharded across dataloader workers and
-ranks); ``--materialize`` generates them once with ``datasets.map`` (``--save_examples DIR`` keeps the shards).
+Examples are generated on the fly by default (fresh negatives every epoch, split across dataloader workers; every rank
+takes its slice of each global batch); ``--materialize`` generates them once with ``datasets.map`` (``--save_examples
+DIR`` keeps Parquet shards, ``--examples_dir DIR`` streams them back); ``--corpus_streaming`` reads a ``datasets``
+corpus with ``streaming=True``. Several processes (README "Scaling out")::
+
+    torchrun --nproc_per_node 8 -m as2hub.run_scripts.run_pretrain --per_device_train_batch_size 64 \
+        --gradient_accumulation_steps 8 ...          # 64 x 8 x 8 = 4,096 examples per step, the papers' batch
+
+``--resume_from_checkpoint`` continues a streaming run exactly (``as2hub_stream_state.json`` in each checkpoint, see
+:mod:`as2hub.run_scripts.stream_resume`); SIGTERM saves a checkpoint and exits with status 143.
 A held-out slice of the documents gives the evaluation set: MLM loss and sentence-level accuracy / AUC.
 ``--push_to_hub --hub_model_id namespace/name`` publishes the result at the end of the run (or later:
 ``as2hub-push OUTPUT_DIR namespace/name``); ``run_as2.py --model_name_or_path namespace/name`` fine-tunes it.
@@ -55,6 +63,7 @@ from as2hub.run_scripts.common import CPUFriendlyArguments, load_checkpoint, set
 from as2hub.run_scripts.outputs import write_json_atomic
 from as2hub.run_scripts.publishing import HubArguments, HubPush, component, record_run
 from as2hub.run_scripts.ssp_trainer import SSPTrainer
+from as2hub.run_scripts.stream_resume import GracefulStop, PositionTrackingCollator, prepare_exact_resume
 from as2hub.run_scripts.tiny_defaults import TINY_ROBERTA, train_corpus_tokenizer
 
 logger = logging.getLogger("as2hub.run_pretrain")
@@ -110,6 +119,31 @@ class PretrainDataArguments:
     streaming: bool = field(default=True, metadata={"help": "Generate examples on the fly (fresh every epoch)."})
     materialize: bool = field(default=False, metadata={"help": "Generate once with datasets.map instead."})
     save_examples: str | None = field(default=None, metadata={"help": "With --materialize: save shards here."})
+    save_format: str = field(
+        default="parquet", metadata={"help": "--save_examples format: 'parquet' (part-*.parquet) or 'arrow'."}
+    )
+    save_num_shards: int | None = field(
+        default=None, metadata={"help": "--save_examples shards (default: --preprocessing_num_workers, or 1)."}
+    )
+    examples_dir: str | None = field(
+        default=None,
+        metadata={
+            "help": "Train by streaming examples saved by --materialize --save_examples (Parquet or Arrow shards) "
+            "instead of generating them; --corpus still gives the held-out documents."
+        },
+    )
+    shuffle_buffer: int = field(default=10_000, metadata={"help": "--examples_dir: shuffle buffer (examples)."})
+    corpus_streaming: bool = field(
+        default=False,
+        metadata={
+            "help": "Read --corpus (a `datasets` id, or JSONL / text / Parquet files) with streaming=True: documents "
+            "are split and examples generated on the fly, nothing is loaded up front. The first "
+            "--validation_documents documents are held out."
+        },
+    )
+    validation_documents: int = field(
+        default=200, metadata={"help": "--corpus_streaming: documents held out (from the start of the stream)."}
+    )
     documents_per_batch: int = field(default=16, metadata={"help": "Documents per batch (easy negatives)."})
     validation_fraction: float = field(default=0.2, metadata={"help": "Held-out documents for evaluation."})
     eval_passes: int = field(default=10, metadata={"help": "Sampling passes over the held-out documents."})
@@ -122,6 +156,13 @@ class PretrainDataArguments:
     mlm_probability: float = 0.15
     whole_word_mask: bool = False
     preprocessing_num_workers: int | None = None
+    exact_resume: bool = field(
+        default=True,
+        metadata={
+            "help": "Streaming: track stream positions so that --resume_from_checkpoint continues exactly (and seed "
+            "each batch's masking from them); false: Trainer's approximate batch skipping."
+        },
+    )
 
 
 @dataclass
@@ -160,6 +201,60 @@ def load_corpus(data_args: PretrainDataArguments):
     documents, stats = load_documents(source, config)
     logger.info("corpus: %d documents (%s)", len(documents), stats.summary())
     return documents
+
+
+_STREAMING_BUILDERS = {".jsonl": "json", ".json": "json", ".txt": "text", ".parquet": "parquet", ".csv": "csv"}
+
+
+def load_streaming_corpus(data_args: PretrainDataArguments):
+    """``--corpus_streaming``: (training documents as a lazy ``datasets.IterableDataset``, held-out documents as a list).
+
+    The held-out documents are the first ``--validation_documents`` of the stream: the same set whatever the number of
+    processes or dataloader workers; training skips them.
+    """
+    from as2hub.data_collators import documents_from_dataset
+
+    source = data_args.corpus
+    if source is None:
+        raise ValueError("--corpus_streaming needs --corpus (a `datasets` id or JSONL / text / Parquet files)")
+    if _looks_like_files(source):
+        suffix = next((s for s in _STREAMING_BUILDERS if source.rstrip("*").endswith(s)), None)
+        if suffix is None:
+            raise ValueError(
+                f"--corpus_streaming: cannot tell the format of {source!r} ({', '.join(_STREAMING_BUILDERS)})"
+            )
+        stream = datasets.load_dataset(_STREAMING_BUILDERS[suffix], data_files=source, split="train", streaming=True)
+    else:
+        stream = datasets.load_dataset(source, split="train", streaming=True)
+    config = CorpusConfig(
+        min_sentence_chars=data_args.min_sentence_chars,
+        min_paragraph_chars=data_args.min_paragraph_chars,
+        min_document_chars=data_args.min_document_chars,
+        paragraph_separator=data_args.paragraph_separator,
+        document_separator=data_args.document_separator,
+        text_field=data_args.text_field,
+    )
+    documents = documents_from_dataset(stream, config)
+    held_out = [row["paragraphs"] for row in itertools.islice(documents, data_args.validation_documents)]
+    logger.info("streaming corpus %s: %d held-out documents from the start of the stream", source, len(held_out))
+    return documents.skip(len(held_out)), (held_out if len(held_out) >= 2 else None)
+
+
+def examples_stream(data_args: PretrainDataArguments, seed: int):
+    """``--examples_dir``: the saved example shards as a shuffled ``datasets.IterableDataset`` (one shard per file)."""
+    from pathlib import Path
+
+    folder = Path(data_args.examples_dir)
+    parquet = sorted(str(path) for path in folder.glob("*.parquet"))
+    if parquet:
+        stream = datasets.load_dataset("parquet", data_files=parquet, split="train", streaming=True)
+    elif (folder / "dataset_info.json").exists():
+        saved = datasets.load_from_disk(str(folder))
+        stream = saved.to_iterable_dataset(num_shards=max(1, len(saved.cache_files)))
+    else:
+        raise ValueError(f"--examples_dir {folder}: no part-*.parquet files and no saved Arrow dataset")
+    logger.info("streaming examples from %s (%d shards)", folder, stream.num_shards)
+    return stream.shuffle(seed=seed, buffer_size=data_args.shuffle_buffer)
 
 
 def _looks_like_files(source: str) -> bool:
@@ -261,6 +356,22 @@ def build_model(model_args: PretrainModelArguments, tokenizer, objective: str):
     return model_class(config)
 
 
+def configure_streaming(training_args: TrainingArguments, collator) -> bool:
+    """Multi-process streaming: each rank reads its slice of every global batch itself (no dispatching) unless
+    ``--accelerator_config '{"dispatch_batches": true}'`` asks for it. Returns whether batches are dispatched.
+
+    Dispatching concatenates the batches of the main process, which fails on batches padded to different lengths:
+    with it, batches are padded to ``max_length``.
+    """
+    config = training_args.accelerator_config
+    if config.dispatch_batches is None:
+        config.dispatch_batches = False
+    dispatching = bool(config.dispatch_batches)
+    if dispatching and training_args.world_size > 1 and hasattr(collator, "pad_to_multiple_of"):
+        collator.pad_to_multiple_of = collator.max_length
+    return dispatching
+
+
 def mspp_counts(data_args: PretrainDataArguments, num_candidates: int) -> dict[str, int]:
     """Generation arguments of MSPP: k+ positives, k_hard hard negatives, k_easy = k - k+ - k_hard easy ones."""
     positives, hard = data_args.mspp_positives, data_args.mspp_hard_negatives
@@ -283,8 +394,17 @@ def main(argv: list[str] | None = None) -> dict:
         raise SystemExit(f"unknown --objective {data_args.objective!r}: use one of {', '.join(OBJECTIVES)}")
     set_seed(training_args.seed)
 
-    documents = load_corpus(data_args)
-    train_documents, eval_documents = split_documents(documents, data_args.validation_fraction, training_args.seed)
+    if data_args.corpus_streaming:
+        if data_args.materialize:
+            raise ValueError("--corpus_streaming generates on the fly: drop --materialize")
+        train_documents, eval_documents = load_streaming_corpus(data_args)
+        # A tokenizer trained from scratch sees the held-out documents and the first thousand training ones.
+        documents = [{"paragraphs": doc} for doc in eval_documents or []] + list(
+            itertools.islice(train_documents, 1000)
+        )
+    else:
+        documents = load_corpus(data_args)
+        train_documents, eval_documents = split_documents(documents, data_args.validation_fraction, training_args.seed)
     tokenizer_source = model_args.tokenizer_name or model_args.model_name_or_path
     if tokenizer_source:
         tokenizer = AutoTokenizer.from_pretrained(tokenizer_source)
@@ -316,20 +436,30 @@ def main(argv: list[str] | None = None) -> dict:
             num_proc=data_args.preprocessing_num_workers,
             keep_provenance=False,
             output_dir=data_args.save_examples,
+            output_format=data_args.save_format,
+            num_shards=data_args.save_num_shards,
             **generation,
         )
         logger.info("materialised %d training examples", len(train_dataset))
+    elif data_args.examples_dir:
+        configure_streaming(training_args, collator)
+        train_dataset = examples_stream(data_args, training_args.seed)
     else:
-        # Trainer's accelerate dispatches batches of an iterable dataset from the main process by default, so the
-        # dataset itself must not split by rank (it still splits across dataloader workers).
-        dispatching = training_args.accelerator_config.dispatch_batches is not False
+        dispatching = configure_streaming(training_args, collator)
+        # Every process generates the same stream (rank 0 of 1); accelerate gives each rank its slice of every global
+        # batch (IterableDatasetShard), or, when dispatching, rank 0 generates and sends the slices. Positions are
+        # tracked for exact resume (and seed the masking of each batch).
         train_dataset = StructurePretrainingIterableDataset(
             train_documents,
             data_args.objective,
             keep_provenance=False,
-            **({"rank": 0, "world_size": 1} if dispatching else {}),
+            track_positions=data_args.exact_resume,
+            rank=0,
+            world_size=1,
             **generation,
         )
+        if data_args.exact_resume:
+            collator = PositionTrackingCollator(collator, seed=training_args.seed)
     if next(iter(train_dataset), None) is None:  # stops at the first example; a whole epoch only if there is none
         raise ValueError(
             f"objective {data_args.objective!r} produced no example from {len(train_documents)} training documents: "
@@ -351,18 +481,35 @@ def main(argv: list[str] | None = None) -> dict:
     else:
         training_args.eval_strategy = "no"
 
+    stop = GracefulStop()
     trainer = SSPTrainer(
         model=model,
         args=training_args,
         data_collator=collator,
         train_dataset=train_dataset,
         eval_dataset=eval_dataset,
+        callbacks=[stop],
     )
+    resume = training_args.resume_from_checkpoint
+    if not data_args.materialize and not data_args.examples_dir and data_args.exact_resume:
+        workers = max(1, training_args.dataloader_num_workers)
+        per_batch = training_args.per_device_train_batch_size * (1 if dispatching else training_args.world_size)
+        trainer.stream_layout = {"num_consumers": workers, "workers_per_rank": workers, "examples_per_batch": per_batch}
+        prepare_exact_resume(trainer, train_dataset, resume)
     results = {}
-    if eval_dataset is not None:
+    if eval_dataset is not None and not resume:
         results["before"] = trainer.evaluate(metric_key_prefix="before")
-    train_result = trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
+    train_result = trainer.train(resume_from_checkpoint=resume)
     results["train"] = train_result.metrics
+    if stop.stopped:
+        checkpoint = f"{training_args.output_dir}/checkpoint-{trainer.state.global_step}"
+        logger.warning(
+            "stopped by a signal after step %d; no final model written. Continue with --resume_from_checkpoint %s",
+            trainer.state.global_step,
+            checkpoint,
+        )
+        results["interrupted"] = {"global_step": trainer.state.global_step, "checkpoint": checkpoint}
+        return results
     if eval_dataset is not None:
         results["eval"] = trainer.evaluate()
         trainer.log_metrics("eval", results["eval"])
@@ -406,4 +553,4 @@ def main(argv: list[str] | None = None) -> dict:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    sys.exit(143 if "interrupted" in main(sys.argv[1:]) else 0)  # 143 = 128 + SIGTERM: a scheduler sees a pre-emption

@@ -17,6 +17,8 @@ import numpy as np
 import torch
 from transformers import Trainer
 
+from as2hub.run_scripts.stream_resume import StreamStateMixin
+
 COMPONENTS = ("mlm_loss", "rtd_loss", "cls_loss", "cls_accuracy", "rtd_accuracy")
 
 
@@ -48,8 +50,9 @@ def balanced_accuracy_at_prior(scores: np.ndarray, labels: np.ndarray) -> float:
     return float((predicted[labels == 1].mean() + (~predicted[labels == 0]).mean()) / 2)
 
 
-class SSPTrainer(Trainer):
-    """``Trainer`` for the SSP pre-training models (``compute_metrics`` is built in)."""
+class SSPTrainer(StreamStateMixin, Trainer):
+    """``Trainer`` for the SSP pre-training models (``compute_metrics`` is built in; exact streaming resume: see
+    :mod:`.stream_resume`)."""
 
     def __init__(self, *args, **kwargs):
         kwargs.setdefault("compute_metrics", self._classification_metrics)
@@ -77,7 +80,7 @@ class SSPTrainer(Trainer):
         return (outputs.loss, outputs) if return_outputs else outputs.loss
 
     def prediction_step(self, model, inputs, prediction_loss_only, ignore_keys=None):
-        inputs = self._prepare_inputs(inputs)
+        inputs = self._prepare_inputs(self._record_positions(inputs))
         with torch.no_grad():
             outputs = model(**inputs)
         self._accumulate("eval", outputs)
@@ -97,6 +100,7 @@ class SSPTrainer(Trainer):
         labels = np.asarray(eval_prediction.label_ids).reshape(-1)
         active = labels != -100
         scores, labels = scores[active], labels[active]
+        metrics["cls_items"] = float(len(labels))  # scored sentence-level items (any number of processes: all, once)
         if len(labels):
             metrics["cls_accuracy"] = float(((scores > 0).astype(int) == labels).mean())
             metrics["cls_majority_rate"] = float(max(labels.mean(), 1 - labels.mean()))
