@@ -83,7 +83,7 @@ def load_fv_data(path: str | os.PathLike, labels: tuple[str, ...] | list[str] = 
     desc = str(path)
     columns: dict[str, list] = {name: [] for name in FV_FEATURES}
     row = 0
-    with _open_text(path) as handle:
+    with _open_text(path, FactVerificationDataError) as handle:
         for number, line in enumerate(handle, start=1):
             if not line.strip():
                 continue
@@ -94,9 +94,10 @@ def load_fv_data(path: str | os.PathLike, labels: tuple[str, ...] | list[str] = 
 
             try:
                 record = json.loads(line)
-            except json.JSONDecodeError as err:
+            except (json.JSONDecodeError, RecursionError) as err:
+                problem = err.msg if isinstance(err, json.JSONDecodeError) else "nested too deeply"
                 raise FactVerificationDataError(
-                    f"{desc}: line {number} (data row {row}): invalid JSON: {err.msg}"
+                    f"{desc}: line {number} (data row {row}): invalid JSON: {problem}"
                 ) from None
             if not isinstance(record, dict):
                 raise FactVerificationDataError(
