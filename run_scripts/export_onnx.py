@@ -16,7 +16,7 @@ import logging
 import sys
 
 from as2hub.modeling.onnx_backend import DEFAULT_OPSET, QUANTIZE_CHOICES, export_onnx
-from as2hub.run_scripts.common import setup_logging
+from as2hub.run_scripts.common import run_cli, setup_logging
 
 logger = logging.getLogger("as2hub.export_onnx")
 
@@ -38,5 +38,10 @@ def main(argv: list[str] | None = None) -> dict:
     return written
 
 
+def cli(argv: list[str] | None = None) -> int:
+    """The command line (``as2hub-export-onnx``): user errors end in one line on stderr and exit code 2."""
+    return run_cli(main, argv)
+
+
 if __name__ == "__main__":
-    main()
+    sys.exit(cli())

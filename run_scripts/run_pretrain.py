@@ -51,8 +51,20 @@ from as2hub.data_collators import (
     load_documents,
 )
 from as2hub.modeling import JOINT_PRETRAINING_MODELS, SSP_MODELS
-from as2hub.run_scripts.common import CPUFriendlyArguments, load_checkpoint, setup_logging
-from as2hub.run_scripts.outputs import write_json_atomic
+from as2hub.run_scripts.common import (
+    ArgumentError,
+    CPUFriendlyArguments,
+    OverwriteArguments,
+    check_max_length,
+    check_output_dir,
+    check_slot_budget,
+    load_checkpoint,
+    parse_arguments,
+    remove_stale_checkpoints,
+    run_cli,
+    setup_logging,
+)
+from as2hub.run_scripts.outputs import staged_folder, write_json_atomic
 from as2hub.run_scripts.publishing import HubArguments, HubPush, component, record_run
 from as2hub.run_scripts.ssp_trainer import SSPTrainer
 from as2hub.run_scripts.tiny_defaults import TINY_ROBERTA, train_corpus_tokenizer
@@ -125,7 +137,7 @@ class PretrainDataArguments:
 
 
 @dataclass
-class PretrainTrainingArguments(CPUFriendlyArguments, TrainingArguments):
+class PretrainTrainingArguments(CPUFriendlyArguments, OverwriteArguments, TrainingArguments):
     """TrainingArguments whose defaults run the tiny demo in a few minutes on CPU."""
 
     output_dir: str | None = field(default="outputs/pretrain")
@@ -276,11 +288,20 @@ def mspp_counts(data_args: PretrainDataArguments, num_candidates: int) -> dict[s
 
 def main(argv: list[str] | None = None) -> dict:
     parser = HfArgumentParser((PretrainModelArguments, PretrainDataArguments, PretrainTrainingArguments, HubArguments))
-    model_args, data_args, training_args, hub_args = parser.parse_args_into_dataclasses(args=argv)
+    model_args, data_args, training_args, hub_args = parse_arguments(parser, argv)
     setup_logging()
     push = HubPush.from_args(training_args, hub_args)  # --push_to_hub: checked now, one validated push at the end
     if data_args.objective not in OBJECTIVES:
-        raise SystemExit(f"unknown --objective {data_args.objective!r}: use one of {', '.join(OBJECTIVES)}")
+        raise ArgumentError(f"unknown --objective {data_args.objective!r}: use one of {', '.join(OBJECTIVES)}")
+    source = model_args.model_name_or_path or model_args.config_name
+    if is_joint_objective(data_args.objective):  # MSPP inputs are (k + 1) slots of L tokens
+        tiny_positions = TINY_ROBERTA["max_position_embeddings"] - 2  # the tiny RoBERTa's pad offset
+        check_slot_budget(
+            model_args.num_candidates, model_args.slot_length, model_args.slot_positions, source, tiny_positions
+        )
+    else:
+        check_max_length(data_args.max_length, source)
+    stale_checkpoints = check_output_dir(training_args)
     set_seed(training_args.seed)
 
     documents = load_corpus(data_args)
@@ -361,6 +382,7 @@ def main(argv: list[str] | None = None) -> dict:
     results = {}
     if eval_dataset is not None:
         results["before"] = trainer.evaluate(metric_key_prefix="before")
+    remove_stale_checkpoints(stale_checkpoints, training_args)
     train_result = trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
     results["train"] = train_result.metrics
     if eval_dataset is not None:
@@ -368,42 +390,52 @@ def main(argv: list[str] | None = None) -> dict:
         trainer.log_metrics("eval", results["eval"])
     if trainer.is_world_process_zero():
         out = training_args.output_dir
-        trainer.save_model()
-        tokenizer.save_pretrained(out)
-        joint = is_joint_objective(data_args.objective)
-        components = {}
-        if model_args.model_type == "electra" and not joint:
-            exported = model.export_discriminator(f"{out}/discriminator")
-            tokenizer.save_pretrained(f"{out}/discriminator")
-            auto = "AutoModelForSequenceClassification"
-            components["discriminator"] = component("discriminator", exported, tokenizer, auto, trust_remote_code=False)
-        write_json_atomic(f"{out}/pretrain_results.json", results)
-        arguments = {"model": model_args, "data": data_args, "training": training_args}
-        overrides = {"return_mlm_logits": True}
-        if joint:  # the slot layout is not a tokenizer pair: the reference input is a collated batch of two examples
-            batch = collator(list(itertools.islice(iter(train_dataset), 2)))
-            batch = {k: batch[k] for k in ("input_ids", "attention_mask", "token_type_ids") if k in batch}
-            components = {
-                "model": component(
-                    ".", model, tokenizer, "AutoModelForPreTraining", config_overrides=overrides, batch=batch
+        # Everything is written to a staging folder and renamed into place: a crash keeps the previous model.
+        with staged_folder(out) as staging:
+            trainer.save_model(str(staging))
+            tokenizer.save_pretrained(staging)
+            joint = is_joint_objective(data_args.objective)
+            components = {}
+            if model_args.model_type == "electra" and not joint:
+                exported = model.export_discriminator(f"{staging}/discriminator")
+                tokenizer.save_pretrained(f"{staging}/discriminator")
+                auto = "AutoModelForSequenceClassification"
+                components["discriminator"] = component(
+                    "discriminator", exported, tokenizer, auto, trust_remote_code=False
                 )
-            }
-        record_run(
-            out,
-            "ssp_pretraining",
-            model,
-            tokenizer,
-            arguments,
-            results,
-            "pretrain_results.json",
-            components,
-            auto_class="AutoModelForPreTraining",
-            config_overrides=overrides,
-        )
+            write_json_atomic(f"{staging}/pretrain_results.json", results)
+            arguments = {"model": model_args, "data": data_args, "training": training_args}
+            overrides = {"return_mlm_logits": True}
+            if joint:  # the slot layout is not a tokenizer pair: the reference input is a collated batch of two
+                batch = collator(list(itertools.islice(iter(train_dataset), 2)))
+                batch = {k: batch[k] for k in ("input_ids", "attention_mask", "token_type_ids") if k in batch}
+                components = {
+                    "model": component(
+                        ".", model, tokenizer, "AutoModelForPreTraining", config_overrides=overrides, batch=batch
+                    )
+                }
+            record_run(
+                staging,
+                "ssp_pretraining",
+                model,
+                tokenizer,
+                arguments,
+                results,
+                "pretrain_results.json",
+                components,
+                auto_class="AutoModelForPreTraining",
+                config_overrides=overrides,
+                model_id=str(out),
+            )
         if push:
             push(out)
     return results
 
 
+def cli(argv: list[str] | None = None) -> int:
+    """The command line: user errors end in one line on stderr and exit code 2."""
+    return run_cli(main, argv)
+
+
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    sys.exit(cli())
