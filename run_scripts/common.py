@@ -266,27 +266,42 @@ def usable_positions(config) -> int | None:
     return positions
 
 
-def check_max_length(max_length: int | None, source: str | None, flag: str = "--max_length") -> None:
-    """Raise :class:`ArgumentError` when ``max_length`` exceeds the positions of the model at ``source`` (a checkpoint
-    or config folder / Hub id; only its config is read, no weights)."""
-    if max_length is None:
-        return
-    if max_length < 2:
-        raise ArgumentError(f"{flag} must be at least 2 (special tokens), got {max_length}")
-    if source is None:
-        return
+def _positions_of(source: str) -> tuple[int | None, int | None]:
+    """(usable positions, max_position_embeddings) of the model at ``source``; only its config is read."""
     from transformers import AutoConfig
 
     import as2hub.modeling  # noqa: F401  (registers the as2hub model types with AutoConfig)
 
     with transformers_quiet():
         config = AutoConfig.from_pretrained(source)
-    available = usable_positions(config)
+    return usable_positions(config), getattr(config, "max_position_embeddings", None)
+
+
+def check_max_length(
+    max_length: int | None, source: str | None, default: int | None = None, flag: str = "--max_length"
+) -> int | None:
+    """The ``--max_length`` to use with the model at ``source`` (a checkpoint or config folder / Hub id; only its
+    config is read, no weights).
+
+    A given ``max_length`` longer than the model's positions raises :class:`ArgumentError` saying what to pass; without
+    one, ``default`` is used, lowered to the model's positions when they are fewer (logged).
+    """
+    if max_length is not None and max_length < 2:
+        raise ArgumentError(f"{flag} must be at least 2 (special tokens), got {max_length}")
+    if source is None:
+        return max_length if max_length is not None else default
+    available, table = _positions_of(source)
+    if max_length is None:
+        if default is not None and available is not None and default > available:
+            logger.info("%s: %s %d (the model's positions) instead of the default %d", source, flag, available, default)
+            return available
+        return default
     if available is not None and max_length > available:
         raise ArgumentError(
             f"{flag} {max_length} is longer than {source} can read: its position table holds {available} tokens "
-            f"(max_position_embeddings={config.max_position_embeddings}); pass {flag} {available} or less"
+            f"(max_position_embeddings={table}); pass {flag} {available} or less"
         )
+    return max_length
 
 
 def check_slot_budget(
@@ -297,14 +312,7 @@ def check_slot_budget(
     ``default_positions`` is used without a ``source`` (a model built from scratch)."""
     if num_candidates < 1 or slot_length < 1:
         raise ArgumentError(f"--num_candidates and --slot_length must be >= 1, got {num_candidates}, {slot_length}")
-    available = default_positions
-    if source is not None:
-        from transformers import AutoConfig
-
-        import as2hub.modeling  # noqa: F401  (registers the as2hub model types with AutoConfig)
-
-        with transformers_quiet():
-            available = usable_positions(AutoConfig.from_pretrained(source))
+    available = default_positions if source is None else _positions_of(source)[0]
     needed = (num_candidates + 1) * slot_length if slot_positions == "global" else slot_length
     if available is not None and needed > available:
         raise ArgumentError(

@@ -15,7 +15,7 @@ import json
 import logging
 import sys
 
-from as2hub.modeling.onnx_backend import DEFAULT_OPSET, QUANTIZE_CHOICES, export_onnx
+from as2hub.modeling.onnx_backend import DEFAULT_OPSET, QUANTIZE_CHOICES, check_ranker_folder, export_onnx
 from as2hub.run_scripts.common import run_cli, setup_logging
 
 logger = logging.getLogger("as2hub.export_onnx")
@@ -32,6 +32,7 @@ def parse_args(argv=None):
 def main(argv: list[str] | None = None) -> dict:
     args = parse_args(sys.argv[1:] if argv is None else argv)
     setup_logging()
+    check_ranker_folder(args.output_dir)  # a wrong folder is named before the onnx extra is needed
     paths = export_onnx(args.output_dir, quantize=args.quantize, opset=args.opset)
     written = {kind: str(path) for kind, path in paths.items()}
     logger.info("wrote %s", json.dumps(written))

@@ -99,7 +99,10 @@ class DataArguments:
     )
     validation_file: str | None = None
     test_file: str | None = None
-    max_length: int = field(default=256, metadata={"help": "Tokens per (question, candidate, context) input."})
+    max_length: int | None = field(
+        default=None,
+        metadata={"help": "Tokens per (question, candidate, context) input. Default: 256, or the model's positions."},
+    )
     clean_eval: bool = field(
         default=True, metadata={"help": "Drop dev/test questions with only correct or only wrong candidates."}
     )
@@ -129,6 +132,7 @@ class ExportArguments:
             require_onnx(quantize=True)
 
 
+DEFAULT_MAX_LENGTH = 256
 PAPER_WARMUP_STEPS = 1000
 SHORT_RUN_WARMUP_RATIO = 0.1
 
@@ -253,7 +257,8 @@ def check_arguments(model_args: ModelArguments, data_args: DataArguments) -> Non
     """Contradictions between flags, raised before any data or model is loaded."""
     if model_args.pairwise and model_args.contextual:
         raise ArgumentError("--pairwise and --contextual true contradict each other: pass one of them")
-    check_max_length(data_args.max_length, model_args.model_name_or_path or model_args.config_name)
+    source = model_args.model_name_or_path or model_args.config_name
+    data_args.max_length = check_max_length(data_args.max_length, source, default=DEFAULT_MAX_LENGTH)
 
 
 def main(argv: list[str] | None = None) -> dict:

@@ -300,7 +300,8 @@ def main(argv: list[str] | None = None) -> dict:
             model_args.num_candidates, model_args.slot_length, model_args.slot_positions, source, tiny_positions
         )
     else:
-        check_max_length(data_args.max_length, source)
+        default = default_max_length(data_args.objective) if data_args.objective in OBJECTIVES else None
+        data_args.max_length = check_max_length(data_args.max_length, source, default=default)
     stale_checkpoints = check_output_dir(training_args)
     set_seed(training_args.seed)
 

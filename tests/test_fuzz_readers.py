@@ -261,7 +261,7 @@ def test_hotpotqa_reader(data, kind, skip_invalid):
             result = read_hotpotqa(path, skip_invalid=skip_invalid)
         except HotpotQAError as error:
             check_error(error, path)
-            ids = [r.get("_id") for r in records if isinstance(r, dict) and r.get("_id")]
+            ids = [str(r["_id"]) for r in records if isinstance(r, dict) and "_id" in r]
             located = re.search(r"example id '([^']*)'", str(error))
             assert located is None or located.group(1) in ids
             return
