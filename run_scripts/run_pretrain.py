@@ -41,6 +41,7 @@ from transformers import AutoTokenizer, HfArgumentParser, PretrainedConfig, Trai
 from as2hub.data_collators import (
     OBJECTIVES,
     CorpusConfig,
+    CorpusError,
     JointCollator,
     PretrainingCollator,
     StructurePretrainingIterableDataset,
@@ -195,15 +196,15 @@ def _model_type(source: str) -> str | None:
 def build_joint_model(model_args: PretrainModelArguments, tokenizer, objective: str):
     """A ``*ForJointPretraining`` model (MLM + MSPP): continued from a checkpoint, from a config, or tiny from scratch."""
     if model_args.model_type not in JOINT_PRETRAINING_MODELS:
-        raise ValueError(
+        raise ArgumentError(
             f"--model_type must be one of {sorted(JOINT_PRETRAINING_MODELS)}, got {model_args.model_type!r}"
         )
     if model_args.joint_head not in ("IE_k", "AE_k"):
-        raise ValueError(
+        raise ArgumentError(
             f"--joint_head must be IE_k or AE_k (one MSPP label per candidate), got {model_args.joint_head!r}"
         )
     if model_args.generator_name_or_path:
-        raise ValueError(
+        raise ArgumentError(
             "--generator_name_or_path does not apply to --objective mspp: the joint ELECTRA pre-trains an MLM head on "
             "the discriminator (ELECTRA's generator + replaced-token detection is in the SSP models)"
         )
@@ -234,7 +235,7 @@ def build_model(model_args: PretrainModelArguments, tokenizer, objective: str):
     if is_joint_objective(objective):
         return build_joint_model(model_args, tokenizer, objective)
     if model_args.model_type not in SSP_MODELS:
-        raise ValueError(f"--model_type must be one of {sorted(SSP_MODELS)}, got {model_args.model_type!r}")
+        raise ArgumentError(f"--model_type must be one of {sorted(SSP_MODELS)}, got {model_args.model_type!r}")
     config_class, model_class = SSP_MODELS[model_args.model_type]
     # Triplets need three segments; pairs keep the backbone's design (RoBERTa: one segment id, BERT/ELECTRA: two).
     num_segments = 3 if is_triplet_objective(objective) else (1 if model_args.model_type == "roberta" else 2)
@@ -278,7 +279,7 @@ def mspp_counts(data_args: PretrainDataArguments, num_candidates: int) -> dict[s
     positives, hard = data_args.mspp_positives, data_args.mspp_hard_negatives
     easy = num_candidates - positives - hard
     if positives < 1 or hard < 0 or easy < 0:
-        raise ValueError(
+        raise ArgumentError(
             f"MSPP fills k = {num_candidates} slots with --mspp_positives ({positives}, >= 1) + --mspp_hard_negatives "
             f"({hard}) + easy negatives ({easy}, the rest): every count must be >= 0"
         )
@@ -317,7 +318,7 @@ def main(argv: list[str] | None = None) -> dict:
     generation = {"seed": training_args.seed, "documents_per_batch": data_args.documents_per_batch}
     if is_joint_objective(data_args.objective):
         if data_args.whole_word_mask:
-            raise ValueError("--whole_word_mask is not supported with --objective mspp (token-level masking only)")
+            raise ArgumentError("--whole_word_mask is not supported with --objective mspp (token-level masking only)")
         collator = JointCollator.for_model(
             tokenizer, model, mlm_probability=data_args.mlm_probability, label_name="sentence_labels"
         )
@@ -353,7 +354,7 @@ def main(argv: list[str] | None = None) -> dict:
             **generation,
         )
     if next(iter(train_dataset), None) is None:  # stops at the first example; a whole epoch only if there is none
-        raise ValueError(
+        raise CorpusError(
             f"objective {data_args.objective!r} produced no example from {len(train_documents)} training documents: "
             "its units need longer paragraphs or more of them (DSLC: paragraphs of 3+ sentences; PSD: documents with "
             "2+ paragraphs; MSPP: paragraphs of 2+ sentences; see the corpus filter counts logged above)"
