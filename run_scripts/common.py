@@ -163,7 +163,8 @@ def user_errors() -> tuple[type[BaseException], ...]:
 def parse_arguments(parser, argv: list[str] | None = None) -> tuple:
     """``parser.parse_args_into_dataclasses(args=argv)`` with a ``ValueError`` of a dataclass's ``__post_init__``
     (TrainingArguments' own checks included) re-raised as :class:`ArgumentError`, so the command line shows it as one
-    line. Unknown flags keep argparse's usage message and exit code 2."""
+    line, as are unknown flags (``Some specified arguments are not used ...``); a malformed value (``--max_steps x``)
+    keeps argparse's usage message and exit code 2."""
     try:
         return parser.parse_args_into_dataclasses(args=argv)
     except ArgumentError:

@@ -48,6 +48,8 @@ def test_run_cli_prints_one_line_for_a_user_error_and_keeps_tracebacks_for_bugs(
 def test_argument_errors_of_the_dataclasses_are_typed(tmp_path):
     with pytest.raises(ArgumentError, match="--onnx_quantize needs --export_onnx"):
         run_as2.main(["--output_dir", str(tmp_path / "x"), "--onnx_quantize", "int8"])
+    with pytest.raises(ArgumentError, match=r"not used by the HfArgumentParser: \['--no_such_flag'"):
+        run_as2.main(["--output_dir", str(tmp_path / "x"), "--no_such_flag", "1"])
     with pytest.raises(ArgumentError, match="--pairwise and --contextual true contradict"):
         run_as2.main(["--output_dir", str(tmp_path / "x"), "--pairwise", "--contextual", "true"])
     assert not (tmp_path / "x").exists()
