@@ -39,7 +39,7 @@ from typing import Any
 import datasets
 
 from .sentence_splitter import split_sentences
-from .text_files import read_text, split_lines
+from .text_files import lone_surrogate, read_text, split_lines
 
 logger = logging.getLogger(__name__)
 
@@ -216,6 +216,9 @@ def _read_json_lines(path: str, config: CorpusConfig) -> Iterator[tuple[str, str
         if not isinstance(record, dict) or config.text_field not in record:
             keys = sorted(record) if isinstance(record, dict) else type(record).__name__
             raise CorpusError(f"{path}:{line_number}: record has no text field {config.text_field!r} (found: {keys})")
+        surrogate = lone_surrogate(record)
+        if surrogate:
+            raise CorpusError(f"{path}:{line_number}: invalid Unicode in {surrogate}")
         text = record[config.text_field]
         if text is not None and not isinstance(text, str):  # null: an empty document, dropped and counted
             raise CorpusError(

@@ -30,6 +30,7 @@ from typing import Any
 import datasets
 
 from .as2_data import AS2DataError, _open_text
+from .text_files import lone_surrogate
 
 logger = logging.getLogger(__name__)
 
@@ -106,6 +107,11 @@ def load_fv_data(path: str | os.PathLike, labels: tuple[str, ...] | list[str] = 
             for key in ("claim", "evidences", "label"):
                 if key not in record:
                     raise error(key, "missing key")
+            surrogate = lone_surrogate(record)
+            if surrogate:
+                raise FactVerificationDataError(
+                    f"{desc}: line {number} (data row {row}): invalid Unicode in {surrogate}"
+                )
             claim, evidences = record["claim"], record["evidences"]
             if not isinstance(claim, str) or not claim.strip():
                 raise error("claim", f"expected a non-empty string, got {type(claim).__name__} {claim!r:.80}")

@@ -55,7 +55,7 @@ from as2hub.modeling.longformer_qe.configuration_longformer_qe import DEFAULT_AN
 from as2hub.modeling.longformer_qe.modeling_longformer_qe import infer_marker_inputs
 
 from .as2_data import _open_text, _resolve_wikiqa, read_wikiqa
-from .text_files import read_text, split_lines
+from .text_files import lone_surrogate, read_text, split_lines
 
 logger = logging.getLogger(__name__)
 
@@ -363,6 +363,9 @@ def read_hotpotqa(
     rows, seen, skipped = [], {}, collections.Counter()
     for location, record in pairs:
         where = _where(desc, location, record)
+        surrogate = lone_surrogate(record)
+        if surrogate:
+            raise HotpotQAError(f"{where}: invalid Unicode in {surrogate}")
         try:
             row = validate_record(record)
         except _Skip as problem:

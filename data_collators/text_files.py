@@ -47,9 +47,35 @@ def read_text(path: str | os.PathLike, error: type[Exception], desc: str | None 
     return text.removeprefix("\ufeff")
 
 
+def lone_surrogate(value, where: str = "") -> str | None:
+    """Where a string inside a parsed JSON value holds a lone surrogate (``"\\ud800"`` parses, but cannot be stored
+    as UTF-8): ``"key 'context'[1][0]"``, or ``None``."""
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError as err:
+            return f"{where or 'value'} (lone surrogate {value[err.start]!r} at character {err.start})"
+        return None
+    if isinstance(value, dict):
+        items = ((f"{where}[{key!r}]" if where else f"key {key!r}", item) for key, item in value.items())
+        for key, _ in list(value.items()):
+            found = lone_surrogate(key, f"a key of {where or 'the record'}")
+            if found:
+                return found
+    elif isinstance(value, list | tuple):
+        items = ((f"{where}[{index}]", item) for index, item in enumerate(value))
+    else:
+        return None
+    for place, item in items:
+        found = lone_surrogate(item, place)
+        if found:
+            return found
+    return None
+
+
 def split_lines(text: str) -> list[str]:
     """Physical lines split on ``\\n`` (a trailing ``\\r`` removed), numbered as an editor numbers them."""
     return [line.removesuffix("\r") for line in text.split("\n")]
 
 
-__all__ = ["read_text", "split_lines"]
+__all__ = ["lone_surrogate", "read_text", "split_lines"]

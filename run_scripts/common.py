@@ -174,8 +174,8 @@ def parse_arguments(parser, argv: list[str] | None = None) -> tuple:
 
 
 def one_line(error: BaseException) -> str:
-    text = " ".join(part.strip() for part in str(error).splitlines() if part.strip())
-    return text or type(error).__name__
+    text = " ".join(part.strip() for part in str(error).splitlines() if part.strip()) or type(error).__name__
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")  # printable whatever the message holds
 
 
 def run_cli(main, argv: list[str] | None = None) -> int:
