@@ -49,7 +49,7 @@ def read_text(path: str | os.PathLike, error: type[Exception], desc: str | None 
 
 def lone_surrogate(value, where: str = "") -> str | None:
     """Where a string inside a parsed JSON value holds a lone surrogate (``"\\ud800"`` parses, but cannot be stored
-    as UTF-8): ``"key 'context'[1][0]"``, or ``None``."""
+    as UTF-8): e.g. ``"key 'context'[1][0] (lone surrogate '\\ud800' at character 4)"``; ``None`` if nowhere."""
     if isinstance(value, str):
         try:
             value.encode("utf-8")
@@ -57,17 +57,18 @@ def lone_surrogate(value, where: str = "") -> str | None:
             return f"{where or 'value'} (lone surrogate {value[err.start]!r} at character {err.start})"
         return None
     if isinstance(value, dict):
-        items = ((f"{where}[{key!r}]" if where else f"key {key!r}", item) for key, item in value.items())
-        for key, _ in list(value.items()):
-            found = lone_surrogate(key, f"a key of {where or 'the record'}")
-            if found:
-                return found
+        children = []
+        for key, item in value.items():
+            children += [
+                (key, f"a key of {where or 'the record'}"),
+                (item, f"{where}[{key!r}]" if where else f"key {key!r}"),
+            ]
     elif isinstance(value, list | tuple):
-        items = ((f"{where}[{index}]", item) for index, item in enumerate(value))
+        children = [(item, f"{where}[{index}]") for index, item in enumerate(value)]
     else:
         return None
-    for place, item in items:
-        found = lone_surrogate(item, place)
+    for child, place in children:
+        found = lone_surrogate(child, place)
         if found:
             return found
     return None
