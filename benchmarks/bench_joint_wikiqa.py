@@ -206,7 +206,7 @@ def pretrain(args, corpus: Path, head: str, output_dir: Path) -> dict:
         "--slot_length", str(args.slot_length),
         "--token_type_init", "scratch",  # keep MiniLM's two rows, draw the new ones (as the fine-tuning runs)
         "--corpus", str(corpus),
-        "--output_dir", str(output_dir),
+        "--output_dir", str(output_dir), "--overwrite_output_dir",
         "--max_steps", str(steps),
         "--per_device_train_batch_size", str(args.pretrain_batch_size),
         "--per_device_eval_batch_size", "32",
@@ -245,7 +245,7 @@ def run_joint_system(args, model_path: str, head: str, output_dir: Path, pairwis
     argv = [
         "--model_name_or_path", model_path,
         "--dataset", "wikiqa",
-        "--output_dir", str(output_dir),
+        "--output_dir", str(output_dir), "--overwrite_output_dir",
         "--head", head,
         "--num_candidates", str(args.num_candidates),
         "--slot_length", str(args.slot_length),

@@ -151,7 +151,8 @@ def finetune_argv(args, output_dir: Path, weight: float) -> list[str]:
         "--learning_rate", str(args.lr), "--num_train_epochs", str(args.epochs),
         "--per_device_train_batch_size", str(args.batch_size), "--gradient_accumulation_steps", str(args.grad_accum),
         "--per_device_eval_batch_size", str(args.eval_batch_size), "--seed", str(args.seed),
-        "--logging_steps", "20", "--disable_tqdm", "True", "--output_dir", str(output_dir),
+        "--logging_steps", "20", "--disable_tqdm", "True",
+        "--output_dir", str(output_dir), "--overwrite_output_dir",
     ]  # fmt: skip
     for flag in ("max_train_samples", "max_eval_samples", "max_test_samples"):
         if getattr(args, flag) is not None:

@@ -155,7 +155,7 @@ def pretrain(args, corpus: Path, output_dir: Path) -> dict:
         "--objective", "dslc",
         "--token_type_init", "scratch",  # as recorded
         "--corpus", str(corpus),
-        "--output_dir", str(output_dir),
+        "--output_dir", str(output_dir), "--overwrite_output_dir",
         "--max_steps", str(args.pretrain_steps),
         "--per_device_train_batch_size", str(args.pretrain_batch_size),
         "--per_device_eval_batch_size", "64",

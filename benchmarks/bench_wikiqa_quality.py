@@ -170,7 +170,7 @@ def run_as2hub(args, model_path: str, output_dir: Path, pairwise: bool) -> tuple
     argv = [
         "--model_name_or_path", model_path,
         "--dataset", "wikiqa",
-        "--output_dir", str(output_dir),
+        "--output_dir", str(output_dir), "--overwrite_output_dir",
         "--learning_rate", str(args.lr),
         "--num_train_epochs", str(args.epochs),
         "--per_device_train_batch_size", str(args.batch_size),

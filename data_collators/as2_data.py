@@ -30,7 +30,6 @@ index among data records. For in-memory datasets the message says ``row K (index
 from __future__ import annotations
 
 import csv
-import gzip
 import hashlib
 import io
 import json
@@ -45,6 +44,8 @@ from pathlib import Path
 from typing import Any
 
 import datasets
+
+from .text_files import read_text, split_lines
 
 logger = logging.getLogger(__name__)
 
@@ -78,6 +79,7 @@ WIKIQA_SPLITS: tuple[str, ...] = ("train", "dev", "test")
 WIKIQA_ENV_VAR = "AS2HUB_WIKIQA_DIR"
 
 _REQUIRED = ("question", "candidate", "label")
+_MAX_POSITION = 2**63  # stored as int64
 _SENTENCE_ID = re.compile(r"D\d+-(\d+)")
 _JSON_SUFFIXES = (".jsonl", ".ndjson", ".json")
 _CSV_SUFFIXES = (".csv",)
@@ -152,11 +154,10 @@ def _resolve_wikiqa(path_or_split: str | os.PathLike, root: str | os.PathLike | 
     return path
 
 
-def _open_text(path: Path) -> io.TextIOBase:
-    """Open a UTF-8 text file (gzip-compressed if its name ends in .gz) without newline translation, as csv wants."""
-    if path.name.endswith(".gz"):
-        return gzip.open(path, "rt", encoding="utf-8", newline="")
-    return open(path, encoding="utf-8", newline="")
+def _open_text(path: Path, error: type[Exception] | None = None, desc: str | None = None) -> io.TextIOBase:
+    """A UTF-8 text file (gzip-compressed if its name ends in .gz) decoded whole, BOM removed, without newline
+    translation (as csv wants); invalid UTF-8 raises ``error`` (default :class:`AS2DataError`) naming the line."""
+    return io.StringIO(read_text(path, error or AS2DataError, desc), newline="")
 
 
 def _base_suffix(path: Path) -> str:
@@ -200,6 +201,17 @@ def _type_name(value: Any) -> str:
     return type(value).__name__
 
 
+def _unicode(value: str, where: _Where, i: int, column: str) -> str:
+    """Text that can be stored (UTF-8): a JSON escape such as ``\\ud800`` gives a lone surrogate, which cannot."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as err:
+        raise where.error(
+            i, column, f"invalid Unicode: lone surrogate {value[err.start]!r} at character {err.start}"
+        ) from None
+    return value
+
+
 def _text(value: Any, where: _Where, i: int, column: str) -> str:
     if value is None:
         raise where.error(i, column, "missing value")
@@ -207,7 +219,7 @@ def _text(value: Any, where: _Where, i: int, column: str) -> str:
         raise where.error(i, column, f"expected a string, got {_type_name(value)} {value!r:.80}")
     if not value.strip():
         raise where.error(i, column, "empty or whitespace-only text")
-    return value
+    return _unicode(value, where, i, column)
 
 
 def _label(value: Any, where: _Where, i: int, column: str) -> int:
@@ -232,13 +244,13 @@ def _position(value: Any, where: _Where, i: int, column: str) -> int | None:
         stripped = value.strip()
         if not stripped:
             return None
-        if stripped.isdigit() and stripped.isascii():
+        if stripped.isdigit() and stripped.isascii() and int(stripped) < _MAX_POSITION:
             return int(stripped)
     elif isinstance(value, numbers.Integral) and not isinstance(value, bool):
-        if value >= 0:
+        if 0 <= value < _MAX_POSITION:
             return int(value)
     elif isinstance(value, numbers.Real) and not isinstance(value, bool):
-        if math.isfinite(value) and float(value).is_integer() and value >= 0:
+        if math.isfinite(value) and float(value).is_integer() and 0 <= value < _MAX_POSITION:
             return int(value)
     raise where.error(i, column, f"position must be a non-negative integer, got {_type_name(value)} {value!r:.80}")
 
@@ -247,14 +259,14 @@ def _context(value: Any, where: _Where, i: int, column: str) -> str:
     if value is None:
         return ""
     if isinstance(value, str):
-        return value
+        return _unicode(value, where, i, column)
     if isinstance(value, list | tuple):
         for part in value:
             if not isinstance(part, str):
                 raise where.error(
                     i, column, f"context list must hold strings only, found {_type_name(part)} {part!r:.80}"
                 )
-        return " ".join(part for part in value if part)
+        return _unicode(" ".join(part for part in value if part), where, i, column)
     raise where.error(
         i, column, f"context must be a string or a list of strings, got {_type_name(value)} {value!r:.80}"
     )
@@ -265,7 +277,7 @@ def _identifier(value: Any, where: _Where, i: int, column: str) -> str:
     if value is None:
         return ""
     if isinstance(value, str):
-        return value.strip()
+        return _unicode(value.strip(), where, i, column)
     if isinstance(value, numbers.Integral) and not isinstance(value, bool):
         return str(int(value))
     raise where.error(i, column, f"expected a string or an integer id, got {_type_name(value)} {value!r:.80}")
@@ -408,6 +420,14 @@ def _build(
         dropped_rows = n_rows - sum(keep)
         if dropped_rows:
             data = {name: [v for v, k in zip(values, keep, strict=True) if k] for name, values in data.items()}
+        if dropped_rows == n_rows:
+            only_correct = sum(1 for found in seen_labels.values() if found == {1})
+            raise AS2DataError(
+                f"{source}: the clean setting keeps no question: none of its {dropped_questions} questions "
+                f"({n_rows} rows) has both a correct and a wrong candidate ({only_correct} have only correct ones, "
+                f"{dropped_questions - only_correct} only wrong ones), so there is nothing to rank; check the labels, "
+                "or evaluate every question (clean=False, --clean_eval false)"
+            )
 
     positives = {qid for qid, label in zip(data["question_id"], data["label"], strict=True) if label == 1}
     stats = {
@@ -460,51 +480,12 @@ def read_wikiqa(
     """
     path = _resolve_wikiqa(path_or_split, root)
     desc = str(path)
-    qids: list[str] = []
-    questions: list[str] = []
-    documents: list[str] = []
-    positions: list[int] = []
-    sentences: list[str] = []
-    labels: list[str] = []
-    lines: list[int] = []
     with _open_text(path) as f:
         reader = csv.reader(f, delimiter="\t", quoting=csv.QUOTE_NONE)
-        header = next(reader, None)
-        if header is None:
-            raise AS2DataError(f"{desc}: empty file, expected the WikiQA header")
-        if header and header[0].startswith("\ufeff"):
-            header[0] = header[0][1:]
-        if tuple(header) != WIKIQA_COLUMNS:
-            raise AS2DataError(
-                f"{desc}: line 1 (header): expected the WikiQA columns {' '.join(WIKIQA_COLUMNS)}, got {' '.join(header)}"
-            )
-        previous_end = reader.line_num
-        for fields in reader:
-            line = previous_end + 1
-            previous_end = reader.line_num
-            if not fields:
-                continue  # blank line
-            row = len(lines)
-            lines.append(line)
-            if len(fields) != 7:
-                raise AS2DataError(
-                    f"{desc}: line {line} (data row {row + 1}): expected 7 tab-separated fields, got {len(fields)}"
-                )
-            match = _SENTENCE_ID.fullmatch(fields[4])
-            if match is None:
-                raise AS2DataError(
-                    f"{desc}: line {line} (data row {row + 1}), column 'SentenceID': expected D<n>-<k>, got {fields[4]!r}"
-                )
-            if not fields[0].strip():
-                raise AS2DataError(f"{desc}: line {line} (data row {row + 1}), column 'QuestionID': empty id")
-            if not fields[2].strip():
-                raise AS2DataError(f"{desc}: line {line} (data row {row + 1}), column 'DocumentID': empty id")
-            qids.append(fields[0])
-            questions.append(fields[1])
-            documents.append(fields[2])
-            positions.append(int(match.group(1)))
-            sentences.append(fields[5])
-            labels.append(fields[6])
+        try:
+            qids, questions, documents, positions, sentences, labels, lines = _wikiqa_rows(reader, desc)
+        except csv.Error as err:
+            raise AS2DataError(f"{desc}: line {reader.line_num}: {err}") from None
     columns = {
         "question_id": qids,
         "question": questions,
@@ -524,6 +505,54 @@ def read_wikiqa(
     return _build(columns, len(lines), _file_rows(desc, lines), desc, clean, names)
 
 
+def _wikiqa_rows(reader, desc: str) -> tuple[list, ...]:
+    """Columns (ids, questions, documents, positions, sentences, labels, lines) of a WikiQA TSV reader."""
+    qids: list[str] = []
+    questions: list[str] = []
+    documents: list[str] = []
+    positions: list[int] = []
+    sentences: list[str] = []
+    labels: list[str] = []
+    lines: list[int] = []
+    header = next(reader, None)
+    if header is None:
+        raise AS2DataError(f"{desc}: empty file, expected the WikiQA header")
+    if header and header[0].startswith("\ufeff"):
+        header[0] = header[0][1:]
+    if tuple(header) != WIKIQA_COLUMNS:
+        raise AS2DataError(
+            f"{desc}: line 1 (header): expected the WikiQA columns {' '.join(WIKIQA_COLUMNS)}, got {' '.join(header)}"
+        )
+    previous_end = reader.line_num
+    for fields in reader:
+        line = previous_end + 1
+        previous_end = reader.line_num
+        if not fields:
+            continue  # blank line
+        row = len(lines)
+        lines.append(line)
+        if len(fields) != 7:
+            raise AS2DataError(
+                f"{desc}: line {line} (data row {row + 1}): expected 7 tab-separated fields, got {len(fields)}"
+            )
+        match = _SENTENCE_ID.fullmatch(fields[4])
+        if match is None:
+            raise AS2DataError(
+                f"{desc}: line {line} (data row {row + 1}), column 'SentenceID': expected D<n>-<k>, got {fields[4]!r}"
+            )
+        if not fields[0].strip():
+            raise AS2DataError(f"{desc}: line {line} (data row {row + 1}), column 'QuestionID': empty id")
+        if not fields[2].strip():
+            raise AS2DataError(f"{desc}: line {line} (data row {row + 1}), column 'DocumentID': empty id")
+        qids.append(fields[0])
+        questions.append(fields[1])
+        documents.append(fields[2])
+        positions.append(int(match.group(1)))
+        sentences.append(fields[5])
+        labels.append(fields[6])
+    return qids, questions, documents, positions, sentences, labels, lines
+
+
 # --------------------------------------------------------------------------------------------------------------------
 # Generic inputs
 
@@ -539,14 +568,16 @@ def _columns_from_records(records: Iterable[dict[str, Any]]) -> dict[str, list[A
 
 
 def _read_json_file(path: Path, desc: str) -> tuple[dict[str, list[Any]], int, _Where]:
-    with _open_text(path) as f:
+    with _open_text(path, desc=desc) as f:
         text = f.read()
     records: list[dict[str, Any]] = []
     if text.lstrip("\ufeff \t\r\n").startswith("["):  # a JSON array of objects
         try:
-            parsed = json.loads(text.lstrip("\ufeff"))
+            parsed = json.loads(text)
         except json.JSONDecodeError as err:
             raise AS2DataError(f"{desc}: invalid JSON at line {err.lineno}: {err.msg}") from None
+        except RecursionError:
+            raise AS2DataError(f"{desc}: JSON nested too deeply") from None
         for k, record in enumerate(parsed):
             if not isinstance(record, dict):
                 raise AS2DataError(f"{desc}: record {k + 1}: expected a JSON object, got {_type_name(record)}")
@@ -554,14 +585,15 @@ def _read_json_file(path: Path, desc: str) -> tuple[dict[str, list[Any]], int, _
         where = _Where(desc, lambda i: f"record {i + 1} (index {i})")
     else:  # JSON lines
         lines: list[int] = []
-        for number, line in enumerate(text.lstrip("\ufeff").splitlines(), start=1):
+        for number, line in enumerate(split_lines(text), start=1):
             if not line.strip():
                 continue
             try:
                 record = json.loads(line)
-            except json.JSONDecodeError as err:
+            except (json.JSONDecodeError, RecursionError) as err:
+                problem = err.msg if isinstance(err, json.JSONDecodeError) else "nested too deeply"
                 raise AS2DataError(
-                    f"{desc}: line {number} (data row {len(lines) + 1}): invalid JSON: {err.msg}"
+                    f"{desc}: line {number} (data row {len(lines) + 1}): invalid JSON: {problem}"
                 ) from None
             if not isinstance(record, dict):
                 raise AS2DataError(
@@ -583,34 +615,41 @@ def _read_json_file(path: Path, desc: str) -> tuple[dict[str, list[Any]], int, _
 def _read_delimited_file(
     path: Path, desc: str, delimiter: str, quoting: int
 ) -> tuple[dict[str, list[Any]], int, _Where]:
-    with _open_text(path) as f:
+    with _open_text(path, desc=desc) as f:
         reader = csv.reader(f, delimiter=delimiter, quoting=quoting)
-        header = next(reader, None)
-        if header is None:
-            raise AS2DataError(f"{desc}: empty file, expected a header row")
-        if header and header[0].startswith("\ufeff"):
-            header[0] = header[0][1:]
-        header = [h.strip() for h in header]
-        duplicated = sorted({h for h in header if header.count(h) > 1 and h in AS2_COLUMNS})
-        if duplicated:
-            raise AS2DataError(f"{desc}: line 1 (header): duplicated column(s) {', '.join(duplicated)}")
-        wanted = [(k, h) for k, h in enumerate(header) if h in AS2_COLUMNS]
-        columns: dict[str, list[Any]] = {h: [] for _, h in wanted}
-        lines: list[int] = []
+        try:
+            return _delimited_columns(reader, desc)
+        except csv.Error as err:
+            raise AS2DataError(f"{desc}: line {reader.line_num}: {err}") from None
+
+
+def _delimited_columns(reader, desc: str) -> tuple[dict[str, list[Any]], int, _Where]:
+    header = next(reader, None)
+    if header is None:
+        raise AS2DataError(f"{desc}: empty file, expected a header row")
+    if header and header[0].startswith("\ufeff"):
+        header[0] = header[0][1:]
+    header = [h.strip() for h in header]
+    duplicated = sorted({h for h in header if header.count(h) > 1 and h in AS2_COLUMNS})
+    if duplicated:
+        raise AS2DataError(f"{desc}: line 1 (header): duplicated column(s) {', '.join(duplicated)}")
+    wanted = [(k, h) for k, h in enumerate(header) if h in AS2_COLUMNS]
+    columns: dict[str, list[Any]] = {h: [] for _, h in wanted}
+    lines: list[int] = []
+    previous_end = reader.line_num
+    for fields in reader:
+        line = previous_end + 1
         previous_end = reader.line_num
-        for fields in reader:
-            line = previous_end + 1
-            previous_end = reader.line_num
-            if not fields or (len(fields) == 1 and not fields[0].strip()):
-                continue  # blank line
-            if len(fields) != len(header):
-                raise AS2DataError(
-                    f"{desc}: line {line} (data row {len(lines) + 1}): expected {len(header)} fields as in the header, "
-                    f"got {len(fields)}"
-                )
-            lines.append(line)
-            for k, name in wanted:
-                columns[name].append(fields[k])
+        if not fields or (len(fields) == 1 and not fields[0].strip()):
+            continue  # blank line
+        if len(fields) != len(header):
+            raise AS2DataError(
+                f"{desc}: line {line} (data row {len(lines) + 1}): expected {len(header)} fields as in the header, "
+                f"got {len(fields)}"
+            )
+        lines.append(line)
+        for k, name in wanted:
+            columns[name].append(fields[k])
     if not lines:
         raise AS2DataError(f"{desc}: no data rows")
     return columns, len(lines), _file_rows(desc, lines)

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import dataclasses
 import glob
-import gzip
 import json
 import logging
 import os
@@ -40,6 +39,7 @@ from typing import Any
 import datasets
 
 from .sentence_splitter import split_sentences
+from .text_files import lone_surrogate, read_text, split_lines
 
 logger = logging.getLogger(__name__)
 
@@ -164,12 +164,6 @@ def _is_json_file(path: str) -> bool:
     return path.lower().endswith(_JSON_SUFFIXES)
 
 
-def _open_text(path: str, encoding: str):
-    if path.lower().endswith(".gz"):
-        return gzip.open(path, "rt", encoding=encoding)
-    return open(path, encoding=encoding)
-
-
 def _expand_paths(spec: str | os.PathLike, config: CorpusConfig) -> list[str]:
     text = os.fspath(spec)
     if os.path.isdir(text):
@@ -192,11 +186,7 @@ def _expand_paths(spec: str | os.PathLike, config: CorpusConfig) -> list[str]:
 
 
 def _read_text_file(path: str, config: CorpusConfig) -> Iterator[tuple[str, str]]:
-    try:
-        with _open_text(path, config.encoding) as handle:
-            content = handle.read()
-    except (OSError, UnicodeDecodeError) as err:
-        raise CorpusError(f"cannot read corpus file {path!r}: {err}") from err
+    content = read_text(path, CorpusError, f"corpus file {path}", config.encoding)
     if config.document_separator is None:
         yield path, content
         return
@@ -214,24 +204,28 @@ def _read_text_file(path: str, config: CorpusConfig) -> Iterator[tuple[str, str]
 
 
 def _read_json_lines(path: str, config: CorpusConfig) -> Iterator[tuple[str, str]]:
-    try:
-        with _open_text(path, config.encoding) as handle:
-            for line_number, line in enumerate(handle, start=1):
-                if not line.strip():
-                    continue
-                try:
-                    record = json.loads(line)
-                except json.JSONDecodeError as err:
-                    raise CorpusError(f"{path}:{line_number}: invalid JSON: {err}") from err
-                if not isinstance(record, dict) or config.text_field not in record:
-                    keys = sorted(record) if isinstance(record, dict) else type(record).__name__
-                    raise CorpusError(
-                        f"{path}:{line_number}: record has no text field {config.text_field!r} (found: {keys})"
-                    )
-                doc_id = record.get(config.id_field) if config.id_field else None
-                yield (str(doc_id) if doc_id is not None else f"{path}:{line_number}"), record[config.text_field]
-    except (OSError, UnicodeDecodeError) as err:
-        raise CorpusError(f"cannot read corpus file {path!r}: {err}") from err
+    content = read_text(path, CorpusError, f"corpus file {path}", config.encoding)
+    for line_number, line in enumerate(split_lines(content), start=1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except (json.JSONDecodeError, RecursionError) as err:
+            problem = err if isinstance(err, json.JSONDecodeError) else "nested too deeply"
+            raise CorpusError(f"{path}:{line_number}: invalid JSON: {problem}") from None
+        if not isinstance(record, dict) or config.text_field not in record:
+            keys = sorted(record) if isinstance(record, dict) else type(record).__name__
+            raise CorpusError(f"{path}:{line_number}: record has no text field {config.text_field!r} (found: {keys})")
+        surrogate = lone_surrogate(record)
+        if surrogate:
+            raise CorpusError(f"{path}:{line_number}: invalid Unicode in {surrogate}")
+        text = record[config.text_field]
+        if text is not None and not isinstance(text, str):  # null: an empty document, dropped and counted
+            raise CorpusError(
+                f"{path}:{line_number}: text field {config.text_field!r} must be a string, got {type(text).__name__}"
+            )
+        doc_id = record.get(config.id_field) if config.id_field else None
+        yield (str(doc_id) if doc_id is not None else f"{path}:{line_number}"), text
 
 
 def _iter_rows(rows: Iterable[Mapping[str, Any]], config: CorpusConfig, name: str) -> Iterator[tuple[str, str]]:
@@ -381,7 +375,8 @@ def load_documents(data: Any = None, config: CorpusConfig | None = None):
     rows = list(iter_documents(data, config, stats))
     stats.log()
     if not rows:
-        raise EmptyCorpusError(f"empty corpus after filtering: {stats.summary()} (config: {config})")
+        source = f"{os.fspath(data)}: " if isinstance(data, str | os.PathLike) else ""
+        raise EmptyCorpusError(f"{source}empty corpus after filtering: {stats.summary()} (config: {config})")
     table = {"doc_id": [r["doc_id"] for r in rows], "paragraphs": [r["paragraphs"] for r in rows]}
     return datasets.Dataset.from_dict(table, features=DOCUMENT_FEATURES), stats
 

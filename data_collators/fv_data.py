@@ -30,6 +30,7 @@ from typing import Any
 import datasets
 
 from .as2_data import AS2DataError, _open_text
+from .text_files import lone_surrogate
 
 logger = logging.getLogger(__name__)
 
@@ -83,7 +84,7 @@ def load_fv_data(path: str | os.PathLike, labels: tuple[str, ...] | list[str] = 
     desc = str(path)
     columns: dict[str, list] = {name: [] for name in FV_FEATURES}
     row = 0
-    with _open_text(path) as handle:
+    with _open_text(path, FactVerificationDataError) as handle:
         for number, line in enumerate(handle, start=1):
             if not line.strip():
                 continue
@@ -94,9 +95,10 @@ def load_fv_data(path: str | os.PathLike, labels: tuple[str, ...] | list[str] = 
 
             try:
                 record = json.loads(line)
-            except json.JSONDecodeError as err:
+            except (json.JSONDecodeError, RecursionError) as err:
+                problem = err.msg if isinstance(err, json.JSONDecodeError) else "nested too deeply"
                 raise FactVerificationDataError(
-                    f"{desc}: line {number} (data row {row}): invalid JSON: {err.msg}"
+                    f"{desc}: line {number} (data row {row}): invalid JSON: {problem}"
                 ) from None
             if not isinstance(record, dict):
                 raise FactVerificationDataError(
@@ -105,6 +107,11 @@ def load_fv_data(path: str | os.PathLike, labels: tuple[str, ...] | list[str] = 
             for key in ("claim", "evidences", "label"):
                 if key not in record:
                     raise error(key, "missing key")
+            surrogate = lone_surrogate(record)
+            if surrogate:
+                raise FactVerificationDataError(
+                    f"{desc}: line {number} (data row {row}): invalid Unicode in {surrogate}"
+                )
             claim, evidences = record["claim"], record["evidences"]
             if not isinstance(claim, str) or not claim.strip():
                 raise error("claim", f"expected a non-empty string, got {type(claim).__name__} {claim!r:.80}")

@@ -55,6 +55,7 @@ from as2hub.modeling.longformer_qe.configuration_longformer_qe import DEFAULT_AN
 from as2hub.modeling.longformer_qe.modeling_longformer_qe import infer_marker_inputs
 
 from .as2_data import _open_text, _resolve_wikiqa, read_wikiqa
+from .text_files import lone_surrogate, read_text, split_lines
 
 logger = logging.getLogger(__name__)
 
@@ -280,23 +281,28 @@ def validate_record(record: Any) -> dict:
 
 def _json_records(path: Path, desc: str) -> Iterable[tuple[str, Any]]:
     """(location, record) pairs of a JSON array or JSON lines file."""
-    with _open_text(path) as handle:
-        text = handle.read().lstrip("\ufeff")
+    text = read_text(path, HotpotQAError, desc)
     if text.lstrip().startswith("["):
         try:
             parsed = json.loads(text)
         except json.JSONDecodeError as err:
             raise HotpotQAError(f"{desc}: invalid JSON at line {err.lineno}: {err.msg}") from None
+        except RecursionError:
+            raise HotpotQAError(f"{desc}: JSON nested too deeply") from None
+        if not isinstance(parsed, list):
+            raise HotpotQAError(f"{desc}: expected a JSON array of examples, got {_type_name(parsed)}")
         for k, record in enumerate(parsed):
             yield f"record {k + 1} (index {k})", record
         return
-    for number, line in enumerate(text.splitlines(), start=1):
+    for number, line in enumerate(split_lines(text), start=1):
         if not line.strip():
             continue
         try:
             record = json.loads(line)
         except json.JSONDecodeError as err:
             raise HotpotQAError(f"{desc}: line {number}: invalid JSON: {err.msg}") from None
+        except RecursionError:
+            raise HotpotQAError(f"{desc}: line {number}: invalid JSON: nested too deeply") from None
         yield f"line {number}", record
 
 
@@ -357,6 +363,9 @@ def read_hotpotqa(
     rows, seen, skipped = [], {}, collections.Counter()
     for location, record in pairs:
         where = _where(desc, location, record)
+        surrogate = lone_surrogate(record)
+        if surrogate:
+            raise HotpotQAError(f"{where}: invalid Unicode in {surrogate}")
         try:
             row = validate_record(record)
         except _Skip as problem:

@@ -165,27 +165,43 @@ class ScoreColumn:
                 row += 1
                 try:
                     record = json.loads(line)
-                except json.JSONDecodeError as err:
+                except (json.JSONDecodeError, RecursionError) as err:
+                    problem = err.msg if isinstance(err, json.JSONDecodeError) else "nested too deeply"
                     raise AS2DataError(
-                        f"{self.path}: line {number} (data row {row}): invalid JSON: {err.msg}"
+                        f"{self.path}: line {number} (data row {row}): invalid JSON: {problem}"
                     ) from None
+                if not isinstance(record, dict):
+                    raise AS2DataError(
+                        f"{self.path}: line {number} (data row {row}): expected a JSON object, "
+                        f"got {type(record).__name__}"
+                    )
                 yield f"{self.path}: line {number} (data row {row})", record
 
     def _delimited_records(self, handle, delimiter: str):
         quoting = csv.QUOTE_NONE if delimiter == "\t" else csv.QUOTE_MINIMAL
         reader = csv.DictReader(handle, delimiter=delimiter, quoting=quoting)
+        try:
+            reader.fieldnames  # noqa: B018  (reads the header row)
+        except csv.Error as err:
+            raise AS2DataError(f"{self.path}: line 1 (header): {err}") from None
         if reader.fieldnames is None or self.column not in [
             name.strip().lstrip("\ufeff") for name in reader.fieldnames
         ]:
             raise AS2DataError(f"{self.path}: line 1 (header): no column {self.column!r} (top_k grouping needs scores)")
         previous_end, row = reader.line_num, 0
-        for record in reader:
+        while True:
+            try:
+                record = next(reader, None)
+            except csv.Error as err:
+                raise AS2DataError(f"{self.path}: line {reader.line_num}: {err}") from None
+            if record is None:
+                return
             number, previous_end = previous_end + 1, reader.line_num
             row += 1
-            yield (
-                f"{self.path}: line {number} (data row {row})",
-                {k.strip().lstrip("\ufeff"): v for k, v in record.items()},
-            )
+            where = f"{self.path}: line {number} (data row {row})"
+            if None in record or None in record.values():  # DictReader: extra fields / missing fields
+                raise AS2DataError(f"{where}: expected {len(reader.fieldnames)} fields as in the header")
+            yield where, {k.strip().lstrip("\ufeff"): v for k, v in record.items()}
 
     def scores_for(self, dataset: datasets.Dataset, description: str) -> list[float]:
         """One score per row of ``dataset`` (a split loaded from this file); AS2DataError naming the row when a row

@@ -14,9 +14,13 @@ Example:
 """
 
 import contextlib
+import dataclasses
 import logging
 import os
+import shutil
+import sys
 from collections import Counter
+from pathlib import Path
 
 import torch
 import transformers
@@ -104,3 +108,217 @@ class CPUFriendlyArguments:
         super().__post_init__()
         if not has_accelerator():
             self.dataloader_pin_memory = False
+
+
+@dataclasses.dataclass
+class OverwriteArguments:
+    """TrainingArguments mixin: ``--overwrite_output_dir`` (transformers 5 dropped the flag; :func:`check_output_dir`
+    reads it)."""
+
+    overwrite_output_dir: bool = dataclasses.field(
+        default=False,
+        metadata={
+            "help": "Train into an --output_dir that already holds a model: its checkpoint-* folders are removed "
+            "before training and the model is replaced when the run ends. Without it such a folder is refused "
+            "(unless --resume_from_checkpoint continues it)."
+        },
+    )
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# User errors: typed in the library, one line and a non-zero exit code on the command line
+
+
+class ArgumentError(ValueError):
+    """Invalid or contradictory command-line arguments; the message says what to change."""
+
+
+EXIT_USER_ERROR = 2
+
+
+def user_errors() -> tuple[type[BaseException], ...]:
+    """The exception types that mean "the input or the arguments are wrong" (not a bug): the scripts' :func:`run_cli`
+    prints them as one line. Subclasses (``EmptyCorpusError``, ``FactVerificationDataError``, ...) are included."""
+    from as2hub.data_collators.as2_data import AS2DataError
+    from as2hub.data_collators.corpus import CorpusError
+    from as2hub.data_collators.hotpotqa import HotpotQAError
+    from as2hub.modeling.onnx_backend import NotAnAS2hubRankerError, StaleOnnxExportError
+    from as2hub.run_scripts.publishing import PublishError
+
+    return (
+        ArgumentError,
+        AS2DataError,
+        CorpusError,
+        HotpotQAError,
+        PublishError,
+        NotAnAS2hubRankerError,
+        StaleOnnxExportError,
+        FileNotFoundError,
+        NotADirectoryError,
+        IsADirectoryError,
+        PermissionError,
+    )
+
+
+def parse_arguments(parser, argv: list[str] | None = None) -> tuple:
+    """``parser.parse_args_into_dataclasses(args=argv)`` with a ``ValueError`` of a dataclass's ``__post_init__``
+    (TrainingArguments' own checks included) re-raised as :class:`ArgumentError`, so the command line shows it as one
+    line, as are unknown flags (``Some specified arguments are not used ...``); a malformed value (``--max_steps x``)
+    keeps argparse's usage message and exit code 2."""
+    try:
+        return parser.parse_args_into_dataclasses(args=argv)
+    except ArgumentError:
+        raise
+    except ValueError as error:
+        raise ArgumentError(str(error)) from error
+
+
+def one_line(error: BaseException) -> str:
+    text = " ".join(part.strip() for part in str(error).splitlines() if part.strip()) or type(error).__name__
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")  # printable whatever the message holds
+
+
+def run_cli(main, argv: list[str] | None = None) -> int:
+    """Run a script's ``main(argv)`` for the command line: a user error (:func:`user_errors`) ends with ONE line
+    ``error: <message>`` on stderr and exit code 2; any other exception keeps its traceback (a bug to report).
+
+    Example (the scripts' ``cli`` entry points, also the console scripts)::
+
+        def cli(argv=None) -> int:
+            return run_cli(main, argv)
+
+        if __name__ == "__main__":
+            sys.exit(cli())
+    """
+    try:
+        result = main(sys.argv[1:] if argv is None else argv)
+    except user_errors() as error:
+        print(f"error: {one_line(error)}", file=sys.stderr, flush=True)
+        return EXIT_USER_ERROR
+    return result if isinstance(result, int) and not isinstance(result, bool) else 0
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Parse-time checks
+
+
+MODEL_FILES = (
+    "config.json",
+    "model.safetensors",
+    "pytorch_model.bin",
+    "adapter_config.json",
+    "adapter_model.safetensors",
+)
+
+
+def _checkpoints(folder: Path) -> list[Path]:
+    return sorted(path for path in folder.glob("checkpoint-*") if path.is_dir())
+
+
+def check_output_dir(training_args) -> list[Path]:
+    """Refuse to train into an ``--output_dir`` that already holds a model (``config.json``, weights or
+    ``checkpoint-*``) unless ``--overwrite_output_dir`` or ``--resume_from_checkpoint`` says what to do with it.
+
+    Call it right after parsing, before any data or model is loaded. Returns the previous run's ``checkpoint-*``
+    folders that :func:`remove_stale_checkpoints` deletes just before training when overwriting (``[]`` otherwise),
+    so that a run that fails on bad data leaves the old folder untouched.
+    """
+    output_dir = getattr(training_args, "output_dir", None)
+    if not output_dir or not Path(output_dir).is_dir():
+        return []
+    folder = Path(output_dir)
+    checkpoints = _checkpoints(folder)
+    found = [name for name in MODEL_FILES if (folder / name).is_file()] + [path.name for path in checkpoints]
+    if not found or getattr(training_args, "resume_from_checkpoint", None):
+        return []
+    if not getattr(training_args, "overwrite_output_dir", False):
+        shown = ", ".join(found[:4]) + (f" and {len(found) - 4} more" if len(found) > 4 else "")
+        raise ArgumentError(
+            f"--output_dir {folder} already holds a model ({shown}): pass --overwrite_output_dir to replace it, "
+            "--resume_from_checkpoint to continue its training, or choose another --output_dir"
+        )
+    return checkpoints
+
+
+def remove_stale_checkpoints(checkpoints: list[Path], training_args=None) -> None:
+    """Delete the previous run's checkpoints found by :func:`check_output_dir` (on the main process only), so the
+    new run's ``checkpoint-*`` are never mixed with the old ones."""
+    if not checkpoints or (training_args is not None and not training_args.should_save):
+        return
+    logger.info("--overwrite_output_dir: removing the previous run's %s", ", ".join(path.name for path in checkpoints))
+    for path in checkpoints:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+ROBERTA_LIKE = ("roberta", "xlm-roberta", "camembert", "longformer", "longformer_qe")
+
+
+def usable_positions(config) -> int | None:
+    """Tokens one input can hold: ``max_position_embeddings``, less RoBERTa's pad offset (its positions start at
+    ``pad_token_id + 1``: 514 -> 512). ``None`` when the config has no absolute position table."""
+    from as2hub.modeling import backbone_of
+
+    positions = getattr(config, "max_position_embeddings", None)
+    if not isinstance(positions, int) or getattr(config, "position_embedding_type", "absolute") != "absolute":
+        return None
+    if backbone_of(getattr(config, "model_type", "") or "") in ROBERTA_LIKE:
+        pad = getattr(config, "pad_token_id", None)
+        positions -= (pad if pad is not None else 1) + 1
+    return positions
+
+
+def _positions_of(source: str) -> tuple[int | None, int | None]:
+    """(usable positions, max_position_embeddings) of the model at ``source``; only its config is read."""
+    from transformers import AutoConfig
+
+    import as2hub.modeling  # noqa: F401  (registers the as2hub model types with AutoConfig)
+
+    with transformers_quiet():
+        config = AutoConfig.from_pretrained(source)
+    return usable_positions(config), getattr(config, "max_position_embeddings", None)
+
+
+def check_max_length(
+    max_length: int | None, source: str | None, default: int | None = None, flag: str = "--max_length"
+) -> int | None:
+    """The ``--max_length`` to use with the model at ``source`` (a checkpoint or config folder / Hub id; only its
+    config is read, no weights).
+
+    A given ``max_length`` longer than the model's positions raises :class:`ArgumentError` saying what to pass; without
+    one, ``default`` is used, lowered to the model's positions when they are fewer (logged).
+    """
+    if max_length is not None and max_length < 2:
+        raise ArgumentError(f"{flag} must be at least 2 (special tokens), got {max_length}")
+    if source is None:
+        return max_length if max_length is not None else default
+    available, table = _positions_of(source)
+    if max_length is None:
+        if default is not None and available is not None and default > available:
+            logger.info("%s: %s %d (the model's positions) instead of the default %d", source, flag, available, default)
+            return available
+        return default
+    if available is not None and max_length > available:
+        raise ArgumentError(
+            f"{flag} {max_length} is longer than {source} can read: its position table holds {available} tokens "
+            f"(max_position_embeddings={table}); pass {flag} {available} or less"
+        )
+    return max_length
+
+
+def check_slot_budget(
+    num_candidates: int, slot_length: int, slot_positions: str, source: str | None, default_positions: int | None = None
+) -> None:
+    """Joint models read ``k + 1`` slots of ``L`` tokens: with ``global`` positions ``(k + 1) * L`` must fit the
+    position table of ``source`` (its config only is read), else :class:`ArgumentError` says what to lower.
+    ``default_positions`` is used without a ``source`` (a model built from scratch)."""
+    if num_candidates < 1 or slot_length < 1:
+        raise ArgumentError(f"--num_candidates and --slot_length must be >= 1, got {num_candidates}, {slot_length}")
+    available = default_positions if source is None else _positions_of(source)[0]
+    needed = (num_candidates + 1) * slot_length if slot_positions == "global" else slot_length
+    if available is not None and needed > available:
+        raise ArgumentError(
+            f"--num_candidates {num_candidates} with --slot_length {slot_length} needs (k + 1) x L = {needed} "
+            f"positions but {source or 'the model'} has {available}: lower --num_candidates to "
+            f"{max(available // slot_length - 1, 0)} or --slot_length to {available // (num_candidates + 1)}, "
+            "or pass --slot_positions per_slot"
+        )

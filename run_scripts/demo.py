@@ -10,6 +10,7 @@
     python -m as2hub.run_scripts.demo --output_dir outputs/demo [--pretrain_steps 1500] [--finetune_epochs 2]
 
 The last lines printed are a table of those measures; ``demo_summary.json`` in the output folder holds them too.
+The demo owns its output folder: running it again replaces the previous demo's models (``--overwrite_output_dir``).
 """
 
 import argparse
@@ -104,7 +105,7 @@ def main(argv: list[str] | None = None) -> dict:
     args = parser.parse_args(argv)
     out = Path(args.output_dir)
 
-    pretrain_args = ["--output_dir", str(out / "pretrain"), "--save_strategy", "no"]
+    pretrain_args = ["--output_dir", str(out / "pretrain"), "--save_strategy", "no", "--overwrite_output_dir"]
     if args.pretrain_steps is not None:
         pretrain_args += ["--max_steps", str(args.pretrain_steps)]
     pretrained = run_pretrain.main(pretrain_args)
@@ -115,6 +116,7 @@ def main(argv: list[str] | None = None) -> dict:
             "--model_name_or_path", str(out / "pretrain"),
             "--dataset", "embedded",
             "--output_dir", str(ranker_dir),
+            "--overwrite_output_dir",
             "--num_train_epochs", str(args.finetune_epochs),
             "--learning_rate", "5e-4",
             "--per_device_train_batch_size", "32",

@@ -17,8 +17,8 @@ import json
 import logging
 import sys
 
-from as2hub.modeling.onnx_backend import DEFAULT_OPSET, QUANTIZE_CHOICES, export_onnx
-from as2hub.run_scripts.common import setup_logging
+from as2hub.modeling.onnx_backend import DEFAULT_OPSET, QUANTIZE_CHOICES, check_ranker_folder, export_onnx
+from as2hub.run_scripts.common import run_cli, setup_logging
 
 logger = logging.getLogger("as2hub.export_onnx")
 
@@ -38,11 +38,17 @@ def parse_args(argv=None):
 def main(argv: list[str] | None = None) -> dict:
     args = parse_args(sys.argv[1:] if argv is None else argv)
     setup_logging()
+    check_ranker_folder(args.output_dir)  # a wrong folder is named before the onnx extra is needed
     paths = export_onnx(args.output_dir, quantize=args.quantize, opset=args.opset)
     written = {kind: str(path) for kind, path in paths.items()}
     logger.info("wrote %s", json.dumps(written))
     return written
 
 
+def cli(argv: list[str] | None = None) -> int:
+    """The command line (``as2hub-export-onnx``): user errors end in one line on stderr and exit code 2."""
+    return run_cli(main, argv)
+
+
 if __name__ == "__main__":
-    main()
+    sys.exit(cli())

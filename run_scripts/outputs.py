@@ -1,5 +1,6 @@
 """Writing run outputs so that nothing is ever half-written: temp file (or folder) first, then an atomic rename."""
 
+import contextlib
 import json
 import os
 import shutil
@@ -21,6 +22,41 @@ def write_text_atomic(path, text: str) -> None:
         handle.write(text)
     os.chmod(handle.name, 0o644)  # NamedTemporaryFile creates 0600; results are meant to be shared
     os.replace(handle.name, path)
+
+
+# Moved last, so that the folder never pairs a new config.json with the previous run's weights mid-move.
+_LAST = ("config.json",)
+
+
+def _move_into(staging: Path, output_dir: Path) -> None:
+    """Rename every item of ``staging`` into ``output_dir`` (replacing what is there), ``config.json`` last."""
+    for item in sorted(staging.iterdir(), key=lambda path: path.name in _LAST):
+        target = output_dir / item.name
+        if target.is_dir() and not target.is_symlink():
+            shutil.rmtree(target)
+        os.replace(item, target)
+
+
+@contextlib.contextmanager
+def staged_folder(output_dir):
+    """Write a model folder's files into a hidden staging folder inside ``output_dir``; they replace the folder's
+    files only when the block ends without an error (a crash or an exception while saving leaves the previous model
+    intact and the staging folder removed).
+
+    Example::
+
+        with staged_folder("outputs/run") as staging:
+            model.save_pretrained(staging)
+            tokenizer.save_pretrained(staging)
+    """
+    output_dir = Path(output_dir)
+    output_dir.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(dir=output_dir, prefix=".staging-"))
+    try:
+        yield staging
+        _move_into(staging, output_dir)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
 
 
 def positive_scores(logits: np.ndarray, config) -> np.ndarray:
@@ -83,8 +119,6 @@ def save_hub_folder(
     from as2hub.run_scripts.publishing import REFERENCE_PAIRS, component, record_run
 
     output_dir = Path(output_dir)
-    output_dir.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(dir=output_dir, prefix=".staging-"))
     extras = dict(extras or {})
     pairs = REFERENCE_PAIRS
     if batch is None:  # a cross-encoder: the reference input is tokenizer pairs (with a context when contextual)
@@ -92,7 +126,7 @@ def save_hub_folder(
         if getattr(model.config, "contextual", False):
             context = "It was first performed around 1600 in London."
             pairs = [(q, context_text_pair(tokenizer, s, context)) for q, s in REFERENCE_PAIRS]
-    try:
+    with staged_folder(output_dir) as staging:
         components = {}
         if hasattr(model, "merge_and_unload"):  # a PEFT model: keep the adapter, ship the merged weights
             model.save_pretrained(staging / "lora_adapter")
@@ -118,11 +152,4 @@ def save_hub_folder(
             extras=extras,
             model_id=str(output_dir),
         )
-        for item in staging.iterdir():
-            target = output_dir / item.name
-            if target.is_dir():
-                shutil.rmtree(target)
-            os.replace(item, target)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
     return record

@@ -19,6 +19,7 @@ import argparse
 import logging
 import sys
 
+from as2hub.run_scripts.common import run_cli
 from as2hub.run_scripts.publishing import PublishError, push_run_folder
 
 
@@ -75,5 +76,11 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def cli(argv: list[str] | None = None) -> int:
+    """The command line (``as2hub-push``): ``main`` reports a refused push itself (exit code 2); other user errors
+    (e.g. a missing folder) also end in one line on stderr."""
+    return run_cli(main, argv)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(cli())

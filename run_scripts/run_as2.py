@@ -36,7 +36,18 @@ from as2hub.data_collators import ContextualAS2Collator, tokenize_as2
 from as2hub.metrics import make_compute_metrics
 from as2hub.modeling import CONTEXTUAL_MODELS, ContextualRobertaConfig, RobertaForContextualAS2, backbone_of
 from as2hub.run_scripts.as2_datasets import load_splits
-from as2hub.run_scripts.common import CPUFriendlyArguments, load_checkpoint, setup_logging
+from as2hub.run_scripts.common import (
+    ArgumentError,
+    CPUFriendlyArguments,
+    OverwriteArguments,
+    check_max_length,
+    check_output_dir,
+    load_checkpoint,
+    parse_arguments,
+    remove_stale_checkpoints,
+    run_cli,
+    setup_logging,
+)
 from as2hub.run_scripts.outputs import save_hub_folder, write_json_atomic, write_ranked_predictions
 from as2hub.run_scripts.publishing import HubArguments, HubPush
 from as2hub.run_scripts.tiny_defaults import TINY_ROBERTA, embedded_tokenizer
@@ -88,7 +99,10 @@ class DataArguments:
     )
     validation_file: str | None = None
     test_file: str | None = None
-    max_length: int = field(default=256, metadata={"help": "Tokens per (question, candidate, context) input."})
+    max_length: int | None = field(
+        default=None,
+        metadata={"help": "Tokens per (question, candidate, context) input. Default: 256, or the model's positions."},
+    )
     clean_eval: bool = field(
         default=True, metadata={"help": "Drop dev/test questions with only correct or only wrong candidates."}
     )
@@ -118,12 +132,13 @@ class ExportArguments:
             require_onnx(quantize=True)
 
 
+DEFAULT_MAX_LENGTH = 256
 PAPER_WARMUP_STEPS = 1000
 SHORT_RUN_WARMUP_RATIO = 0.1
 
 
 @dataclass
-class AS2TrainingArguments(CPUFriendlyArguments, TrainingArguments):
+class AS2TrainingArguments(CPUFriendlyArguments, OverwriteArguments, TrainingArguments):
     """TrainingArguments with the papers' fine-tuning defaults: linear warmup then linear decay (the "triangular"
     schedule) with 1,000 warmup steps, or 10% of the run when it is shorter than 10,000 steps; no weight decay; clip
     1.0; best checkpoint by dev MAP."""
@@ -167,7 +182,7 @@ def load_model(model_args: ModelArguments, tokenizer, contextual: bool):
     source = model_args.model_name_or_path or model_args.config_name
     backbone = backbone_of(AutoConfig.from_pretrained(source).model_type)
     if backbone not in CONTEXTUAL_MODELS:
-        raise ValueError(f"{source}: model type {backbone!r} is not one of {sorted(CONTEXTUAL_MODELS)}")
+        raise ArgumentError(f"{source}: model type {backbone!r} is not one of {sorted(CONTEXTUAL_MODELS)}")
     config_class, model_class = CONTEXTUAL_MODELS[backbone]
     overrides = {
         "contextual": contextual,
@@ -238,10 +253,20 @@ def add_lora(model, model_args: ModelArguments):
     return model
 
 
+def check_arguments(model_args: ModelArguments, data_args: DataArguments) -> None:
+    """Contradictions between flags, raised before any data or model is loaded."""
+    if model_args.pairwise and model_args.contextual:
+        raise ArgumentError("--pairwise and --contextual true contradict each other: pass one of them")
+    source = model_args.model_name_or_path or model_args.config_name
+    data_args.max_length = check_max_length(data_args.max_length, source, default=DEFAULT_MAX_LENGTH)
+
+
 def main(argv: list[str] | None = None) -> dict:
     parser = HfArgumentParser((ModelArguments, DataArguments, AS2TrainingArguments, ExportArguments, HubArguments))
-    model_args, data_args, training_args, export_args, hub_args = parser.parse_args_into_dataclasses(args=argv)
+    model_args, data_args, training_args, export_args, hub_args = parse_arguments(parser, argv)
     setup_logging()
+    check_arguments(model_args, data_args)
+    stale_checkpoints = check_output_dir(training_args)
     push = HubPush.from_args(training_args, hub_args)  # --push_to_hub: checked now, one validated push at the end
     set_seed(training_args.seed)
 
@@ -286,6 +311,7 @@ def main(argv: list[str] | None = None) -> dict:
         callbacks=[EarlyStoppingCallback(data_args.early_stopping_patience)] if has_dev else [],
     )
     resume = training_args.resume_from_checkpoint
+    remove_stale_checkpoints(stale_checkpoints, training_args)
     train_result = trainer.train(resume_from_checkpoint=resume)
     trainer.log_metrics("train", train_result.metrics)
 
@@ -314,5 +340,10 @@ def main(argv: list[str] | None = None) -> dict:
     return results
 
 
+def cli(argv: list[str] | None = None) -> int:
+    """The command line (``as2hub-train``): user errors end in one line on stderr and exit code 2."""
+    return run_cli(main, argv)
+
+
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    sys.exit(cli())

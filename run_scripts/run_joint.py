@@ -64,7 +64,16 @@ from as2hub.modeling.joint_multicandidate import JointRobertaConfig
 from as2hub.modeling.joint_multicandidate.configuration_joint_multicandidate import CANDIDATE_HEADS, HEADS
 from as2hub.modeling.joint_ranking import cascade_order
 from as2hub.run_scripts.as2_datasets import load_splits
-from as2hub.run_scripts.common import load_checkpoint, setup_logging
+from as2hub.run_scripts.common import (
+    ArgumentError,
+    check_output_dir,
+    check_slot_budget,
+    load_checkpoint,
+    parse_arguments,
+    remove_stale_checkpoints,
+    run_cli,
+    setup_logging,
+)
 from as2hub.run_scripts.outputs import save_hub_folder, write_json_atomic, write_ranked_predictions, write_text_atomic
 from as2hub.run_scripts.publishing import REFERENCE_PAIRS, HubArguments, HubPush
 from as2hub.run_scripts.run_as2 import AS2TrainingArguments, add_lora
@@ -150,26 +159,35 @@ class JointTrainingArguments(AS2TrainingArguments):
 def check_arguments(model_args: JointModelArguments, data_args: JointDataArguments) -> None:
     """Argument errors, raised before any data is read or anything is written."""
     if data_args.task not in TASKS:
-        raise ValueError(f"--task must be one of {TASKS}, got {data_args.task!r}")
+        raise ArgumentError(f"--task must be one of {TASKS}, got {data_args.task!r}")
     if model_args.head is None:
         model_args.head = "AE_k" if data_args.task == "as2" else "AE_1"
     if model_args.head not in HEADS:
-        raise ValueError(f"--head must be one of {HEADS}, got {model_args.head!r}")
+        raise ArgumentError(f"--head must be one of {HEADS}, got {model_args.head!r}")
     ranking = model_args.head in CANDIDATE_HEADS
     if data_args.task == "as2" and not ranking:
-        raise ValueError(f"answer sentence selection ranks candidates: use --head IE_k or AE_k, not {model_args.head}")
+        raise ArgumentError(
+            f"answer sentence selection ranks candidates: use --head IE_k or AE_k, not {model_args.head}"
+        )
     if data_args.task == "fv" and ranking:
-        raise ValueError(
+        raise ArgumentError(
             f"fact verification predicts one label per claim: use --head IE_1 or AE_1, not {model_args.head}"
         )
     if model_args.num_candidates < 1:
-        raise ValueError(f"--num_candidates (k) must be >= 1, got {model_args.num_candidates}")
+        raise ArgumentError(f"--num_candidates (k) must be >= 1, got {model_args.num_candidates}")
     if data_args.grouping not in GROUPINGS:
-        raise ValueError(f"--grouping must be one of {GROUPINGS}, got {data_args.grouping!r}")
+        raise ArgumentError(f"--grouping must be one of {GROUPINGS}, got {data_args.grouping!r}")
     if data_args.task == "fv" and data_args.grouping != "all":
-        raise ValueError("--grouping applies to AS2; fact verification reads the first k evidences of each claim")
+        raise ArgumentError("--grouping applies to AS2; fact verification reads the first k evidences of each claim")
     if data_args.score_column and data_args.pairwise_model:
-        raise ValueError("pass --score_column or --pairwise_model, not both")
+        raise ArgumentError("pass --score_column or --pairwise_model, not both")
+    check_slot_budget(
+        model_args.num_candidates,
+        model_args.slot_length,
+        model_args.slot_positions,
+        model_args.model_name_or_path or model_args.config_name,
+        default_positions=TINY_ROBERTA["max_position_embeddings"] - 2,  # the tiny RoBERTa's pad offset
+    )
 
 
 # ---------------------------------------------------------------------------------------------------------- data
@@ -375,11 +393,12 @@ def load_model(model_args: JointModelArguments, tokenizer, label_names: tuple[st
 
 def main(argv: list[str] | None = None) -> dict:
     parser = HfArgumentParser((JointModelArguments, JointDataArguments, JointTrainingArguments, HubArguments))
-    model_args, data_args, training_args, hub_args = parser.parse_args_into_dataclasses(args=argv)
+    model_args, data_args, training_args, hub_args = parse_arguments(parser, argv)
     setup_logging()
     push = HubPush.from_args(training_args, hub_args)  # --push_to_hub: checked now, one validated push at the end
     set_seed(training_args.seed)
     check_arguments(model_args, data_args)
+    stale_checkpoints = check_output_dir(training_args)
     as2 = data_args.task == "as2"
     if not as2 and training_args.metric_for_best_model == "map":
         training_args.metric_for_best_model = "accuracy"
@@ -445,6 +464,7 @@ def main(argv: list[str] | None = None) -> dict:
         compute_metrics=metrics_for("validation") if has_dev else None,
         callbacks=[EarlyStoppingCallback(data_args.early_stopping_patience)] if has_dev else [],
     )
+    remove_stale_checkpoints(stale_checkpoints, training_args)
     train_result = trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
     trainer.log_metrics("train", train_result.metrics)
 
@@ -485,5 +505,10 @@ def main(argv: list[str] | None = None) -> dict:
     return results
 
 
+def cli(argv: list[str] | None = None) -> int:
+    """The command line: user errors end in one line on stderr and exit code 2."""
+    return run_cli(main, argv)
+
+
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    sys.exit(cli())

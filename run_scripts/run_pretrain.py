@@ -49,6 +49,7 @@ from transformers import AutoTokenizer, HfArgumentParser, PretrainedConfig, Trai
 from as2hub.data_collators import (
     OBJECTIVES,
     CorpusConfig,
+    CorpusError,
     JointCollator,
     PretrainingCollator,
     StructurePretrainingIterableDataset,
@@ -59,8 +60,20 @@ from as2hub.data_collators import (
     load_documents,
 )
 from as2hub.modeling import JOINT_PRETRAINING_MODELS, SSP_MODELS
-from as2hub.run_scripts.common import CPUFriendlyArguments, load_checkpoint, setup_logging
-from as2hub.run_scripts.outputs import write_json_atomic
+from as2hub.run_scripts.common import (
+    ArgumentError,
+    CPUFriendlyArguments,
+    OverwriteArguments,
+    check_max_length,
+    check_output_dir,
+    check_slot_budget,
+    load_checkpoint,
+    parse_arguments,
+    remove_stale_checkpoints,
+    run_cli,
+    setup_logging,
+)
+from as2hub.run_scripts.outputs import staged_folder, write_json_atomic
 from as2hub.run_scripts.publishing import HubArguments, HubPush, component, record_run
 from as2hub.run_scripts.ssp_trainer import SSPTrainer
 from as2hub.run_scripts.stream_resume import GracefulStop, PositionTrackingCollator, prepare_exact_resume
@@ -166,7 +179,7 @@ class PretrainDataArguments:
 
 
 @dataclass
-class PretrainTrainingArguments(CPUFriendlyArguments, TrainingArguments):
+class PretrainTrainingArguments(CPUFriendlyArguments, OverwriteArguments, TrainingArguments):
     """TrainingArguments whose defaults run the tiny demo in a few minutes on CPU."""
 
     output_dir: str | None = field(default="outputs/pretrain")
@@ -278,15 +291,15 @@ def _model_type(source: str) -> str | None:
 def build_joint_model(model_args: PretrainModelArguments, tokenizer, objective: str):
     """A ``*ForJointPretraining`` model (MLM + MSPP): continued from a checkpoint, from a config, or tiny from scratch."""
     if model_args.model_type not in JOINT_PRETRAINING_MODELS:
-        raise ValueError(
+        raise ArgumentError(
             f"--model_type must be one of {sorted(JOINT_PRETRAINING_MODELS)}, got {model_args.model_type!r}"
         )
     if model_args.joint_head not in ("IE_k", "AE_k"):
-        raise ValueError(
+        raise ArgumentError(
             f"--joint_head must be IE_k or AE_k (one MSPP label per candidate), got {model_args.joint_head!r}"
         )
     if model_args.generator_name_or_path:
-        raise ValueError(
+        raise ArgumentError(
             "--generator_name_or_path does not apply to --objective mspp: the joint ELECTRA pre-trains an MLM head on "
             "the discriminator (ELECTRA's generator + replaced-token detection is in the SSP models)"
         )
@@ -317,7 +330,7 @@ def build_model(model_args: PretrainModelArguments, tokenizer, objective: str):
     if is_joint_objective(objective):
         return build_joint_model(model_args, tokenizer, objective)
     if model_args.model_type not in SSP_MODELS:
-        raise ValueError(f"--model_type must be one of {sorted(SSP_MODELS)}, got {model_args.model_type!r}")
+        raise ArgumentError(f"--model_type must be one of {sorted(SSP_MODELS)}, got {model_args.model_type!r}")
     config_class, model_class = SSP_MODELS[model_args.model_type]
     # Triplets need three segments; pairs keep the backbone's design (RoBERTa: one segment id, BERT/ELECTRA: two).
     num_segments = 3 if is_triplet_objective(objective) else (1 if model_args.model_type == "roberta" else 2)
@@ -377,7 +390,7 @@ def mspp_counts(data_args: PretrainDataArguments, num_candidates: int) -> dict[s
     positives, hard = data_args.mspp_positives, data_args.mspp_hard_negatives
     easy = num_candidates - positives - hard
     if positives < 1 or hard < 0 or easy < 0:
-        raise ValueError(
+        raise ArgumentError(
             f"MSPP fills k = {num_candidates} slots with --mspp_positives ({positives}, >= 1) + --mspp_hard_negatives "
             f"({hard}) + easy negatives ({easy}, the rest): every count must be >= 0"
         )
@@ -387,11 +400,21 @@ def mspp_counts(data_args: PretrainDataArguments, num_candidates: int) -> dict[s
 
 def main(argv: list[str] | None = None) -> dict:
     parser = HfArgumentParser((PretrainModelArguments, PretrainDataArguments, PretrainTrainingArguments, HubArguments))
-    model_args, data_args, training_args, hub_args = parser.parse_args_into_dataclasses(args=argv)
+    model_args, data_args, training_args, hub_args = parse_arguments(parser, argv)
     setup_logging()
     push = HubPush.from_args(training_args, hub_args)  # --push_to_hub: checked now, one validated push at the end
     if data_args.objective not in OBJECTIVES:
-        raise SystemExit(f"unknown --objective {data_args.objective!r}: use one of {', '.join(OBJECTIVES)}")
+        raise ArgumentError(f"unknown --objective {data_args.objective!r}: use one of {', '.join(OBJECTIVES)}")
+    source = model_args.model_name_or_path or model_args.config_name
+    if is_joint_objective(data_args.objective):  # MSPP inputs are (k + 1) slots of L tokens
+        tiny_positions = TINY_ROBERTA["max_position_embeddings"] - 2  # the tiny RoBERTa's pad offset
+        check_slot_budget(
+            model_args.num_candidates, model_args.slot_length, model_args.slot_positions, source, tiny_positions
+        )
+    else:
+        default = default_max_length(data_args.objective) if data_args.objective in OBJECTIVES else None
+        data_args.max_length = check_max_length(data_args.max_length, source, default=default)
+    stale_checkpoints = check_output_dir(training_args)
     set_seed(training_args.seed)
 
     if data_args.corpus_streaming:
@@ -415,7 +438,7 @@ def main(argv: list[str] | None = None) -> dict:
     generation = {"seed": training_args.seed, "documents_per_batch": data_args.documents_per_batch}
     if is_joint_objective(data_args.objective):
         if data_args.whole_word_mask:
-            raise ValueError("--whole_word_mask is not supported with --objective mspp (token-level masking only)")
+            raise ArgumentError("--whole_word_mask is not supported with --objective mspp (token-level masking only)")
         collator = JointCollator.for_model(
             tokenizer, model, mlm_probability=data_args.mlm_probability, label_name="sentence_labels"
         )
@@ -461,7 +484,7 @@ def main(argv: list[str] | None = None) -> dict:
         if data_args.exact_resume:
             collator = PositionTrackingCollator(collator, seed=training_args.seed)
     if next(iter(train_dataset), None) is None:  # stops at the first example; a whole epoch only if there is none
-        raise ValueError(
+        raise CorpusError(
             f"objective {data_args.objective!r} produced no example from {len(train_documents)} training documents: "
             "its units need longer paragraphs or more of them (DSLC: paragraphs of 3+ sentences; PSD: documents with "
             "2+ paragraphs; MSPP: paragraphs of 2+ sentences; see the corpus filter counts logged above)"
@@ -499,6 +522,7 @@ def main(argv: list[str] | None = None) -> dict:
     results = {}
     if eval_dataset is not None and not resume:
         results["before"] = trainer.evaluate(metric_key_prefix="before")
+    remove_stale_checkpoints(stale_checkpoints, training_args)
     train_result = trainer.train(resume_from_checkpoint=resume)
     results["train"] = train_result.metrics
     if stop.stopped:
@@ -515,42 +539,53 @@ def main(argv: list[str] | None = None) -> dict:
         trainer.log_metrics("eval", results["eval"])
     if trainer.is_world_process_zero():
         out = training_args.output_dir
-        trainer.save_model()
-        tokenizer.save_pretrained(out)
-        joint = is_joint_objective(data_args.objective)
-        components = {}
-        if model_args.model_type == "electra" and not joint:
-            exported = model.export_discriminator(f"{out}/discriminator")
-            tokenizer.save_pretrained(f"{out}/discriminator")
-            auto = "AutoModelForSequenceClassification"
-            components["discriminator"] = component("discriminator", exported, tokenizer, auto, trust_remote_code=False)
-        write_json_atomic(f"{out}/pretrain_results.json", results)
-        arguments = {"model": model_args, "data": data_args, "training": training_args}
-        overrides = {"return_mlm_logits": True}
-        if joint:  # the slot layout is not a tokenizer pair: the reference input is a collated batch of two examples
-            batch = collator(list(itertools.islice(iter(train_dataset), 2)))
-            batch = {k: batch[k] for k in ("input_ids", "attention_mask", "token_type_ids") if k in batch}
-            components = {
-                "model": component(
-                    ".", model, tokenizer, "AutoModelForPreTraining", config_overrides=overrides, batch=batch
+        # Everything is written to a staging folder and renamed into place: a crash keeps the previous model.
+        with staged_folder(out) as staging:
+            trainer.save_model(str(staging))
+            tokenizer.save_pretrained(staging)
+            joint = is_joint_objective(data_args.objective)
+            components = {}
+            if model_args.model_type == "electra" and not joint:
+                exported = model.export_discriminator(f"{staging}/discriminator")
+                tokenizer.save_pretrained(f"{staging}/discriminator")
+                auto = "AutoModelForSequenceClassification"
+                components["discriminator"] = component(
+                    "discriminator", exported, tokenizer, auto, trust_remote_code=False
                 )
-            }
-        record_run(
-            out,
-            "ssp_pretraining",
-            model,
-            tokenizer,
-            arguments,
-            results,
-            "pretrain_results.json",
-            components,
-            auto_class="AutoModelForPreTraining",
-            config_overrides=overrides,
-        )
+            write_json_atomic(f"{staging}/pretrain_results.json", results)
+            arguments = {"model": model_args, "data": data_args, "training": training_args}
+            overrides = {"return_mlm_logits": True}
+            if joint:  # the slot layout is not a tokenizer pair: the reference input is a collated batch of two
+                batch = collator(list(itertools.islice(iter(train_dataset), 2)))
+                batch = {k: batch[k] for k in ("input_ids", "attention_mask", "token_type_ids") if k in batch}
+                components = {
+                    "model": component(
+                        ".", model, tokenizer, "AutoModelForPreTraining", config_overrides=overrides, batch=batch
+                    )
+                }
+            record_run(
+                staging,
+                "ssp_pretraining",
+                model,
+                tokenizer,
+                arguments,
+                results,
+                "pretrain_results.json",
+                components,
+                auto_class="AutoModelForPreTraining",
+                config_overrides=overrides,
+                model_id=str(out),
+            )
         if push:
             push(out)
     return results
 
 
+def cli(argv: list[str] | None = None) -> int:
+    """The command line: user errors end in one line on stderr and exit code 2; a run stopped by SIGTERM (after
+    saving its checkpoint) exits with 143 = 128 + SIGTERM, so a scheduler sees a pre-emption."""
+    return run_cli(lambda args: 143 if "interrupted" in main(args) else 0, argv)
+
+
 if __name__ == "__main__":
-    sys.exit(143 if "interrupted" in main(sys.argv[1:]) else 0)  # 143 = 128 + SIGTERM: a scheduler sees a pre-emption
+    sys.exit(cli())

@@ -54,6 +54,15 @@ from as2hub.data_collators.hotpotqa import (
 )
 from as2hub.metrics.hotpotqa import best_spans, hotpotqa_evaluate, qe_map, select_supporting_facts
 from as2hub.modeling import LongformerQEConfig, LongformerWithQEContrastive
+from as2hub.run_scripts.common import (
+    ArgumentError,
+    OverwriteArguments,
+    check_max_length,
+    check_output_dir,
+    parse_arguments,
+    remove_stale_checkpoints,
+    run_cli,
+)
 from as2hub.run_scripts.outputs import save_hub_folder, write_json_atomic, write_text_atomic
 from as2hub.run_scripts.publishing import HubArguments, HubPush
 from as2hub.run_scripts.qe_datasets import default_question_types, load_qe_splits
@@ -171,7 +180,7 @@ class DataArguments:
 
 
 @dataclass
-class QETrainingArguments(TrainingArguments):
+class QETrainingArguments(OverwriteArguments, TrainingArguments):
     """TrainingArguments for long-context QA: the paper's learning rate (1e-4, appendix B.2), clip 1.0, best model by
     dev supporting-fact F1 (defined for every dataset; pass ``--metric_for_best_model joint_f1`` for HotpotQA)."""
 
@@ -241,7 +250,7 @@ def build_model(model_args: ModelArguments, data_args: DataArguments, splits: di
             tokenizer.model_max_length = model_args.max_position_embeddings
     elif model_args.config_name:
         if not model_args.tokenizer_name:
-            raise ValueError("--config_name needs --tokenizer_name")
+            raise ArgumentError("--config_name needs --tokenizer_name")
         tokenizer = AutoTokenizer.from_pretrained(model_args.tokenizer_name)
         config = LongformerQEConfig.from_pretrained(
             model_args.config_name, vocab_size=len(tokenizer), **{**fresh_heads, **overrides}
@@ -364,11 +373,36 @@ def reference_batch(encoded: dict, tokenizer, window: int, size: int = 2) -> dic
     return HotpotQACollator(tokenizer, pad_to_multiple_of=window, with_labels=False)(rows)
 
 
+def check_arguments(model_args: ModelArguments, data_args: DataArguments) -> None:
+    """Contradictions between flags, raised before any data or model is loaded (only configs are read)."""
+    if model_args.config_name and not model_args.model_name_or_path and not model_args.tokenizer_name:
+        raise ArgumentError("--config_name needs --tokenizer_name")
+    source = model_args.model_name_or_path
+    if source:
+        if AutoConfig.from_pretrained(source).model_type in ("longformer", LongformerQEConfig.model_type):
+            check_max_length(data_args.max_length, source)
+        elif data_args.max_length is not None and data_args.max_length > model_args.max_position_embeddings:
+            raise ArgumentError(
+                f"--max_length {data_args.max_length} is longer than the Longformer converted from {source} reads "
+                f"(--max_position_embeddings {model_args.max_position_embeddings}): raise --max_position_embeddings "
+                "or lower --max_length"
+            )
+    elif model_args.config_name:
+        check_max_length(data_args.max_length, model_args.config_name)
+    elif data_args.max_length is not None and data_args.max_length > TINY_LONGFORMER["max_position_embeddings"] - 2:
+        raise ArgumentError(
+            f"--max_length {data_args.max_length} is longer than the tiny default Longformer reads "
+            f"({TINY_LONGFORMER['max_position_embeddings'] - 2} tokens): lower it or pass --model_name_or_path"
+        )
+
+
 def main(argv: list[str] | None = None) -> dict:
     parser = HfArgumentParser((ModelArguments, DataArguments, QETrainingArguments, HubArguments))
-    model_args, data_args, training_args, hub_args = parser.parse_args_into_dataclasses(args=argv)
+    model_args, data_args, training_args, hub_args = parse_arguments(parser, argv)
     logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
     transformers.utils.logging.set_verbosity_warning()
+    check_arguments(model_args, data_args)
+    stale_checkpoints = check_output_dir(training_args)
     push = HubPush.from_args(training_args, hub_args)  # --push_to_hub: checked now, one validated push at the end
     set_seed(training_args.seed)
 
@@ -427,6 +461,7 @@ def main(argv: list[str] | None = None) -> dict:
         ),
         callbacks=[EarlyStoppingCallback(data_args.early_stopping_patience)] if has_dev else [],
     )
+    remove_stale_checkpoints(stale_checkpoints, training_args)
     train_result = trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
     trainer.log_metrics("train", train_result.metrics)
 
@@ -475,5 +510,10 @@ def main(argv: list[str] | None = None) -> dict:
     return results
 
 
+def cli(argv: list[str] | None = None) -> int:
+    """The command line: user errors end in one line on stderr and exit code 2."""
+    return run_cli(main, argv)
+
+
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    sys.exit(cli())

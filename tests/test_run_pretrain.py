@@ -7,6 +7,7 @@ import torch
 
 from as2hub.data_collators import CorpusError, EmptyCorpusError
 from as2hub.run_scripts import run_as2, run_pretrain
+from as2hub.run_scripts.common import ArgumentError
 
 QUICK = ["--max_steps", "3", "--eval_steps", "3", "--save_steps", "3", "--per_device_train_batch_size", "8",
          "--tokenizer_vocab_size", "800", "--eval_passes", "1"]  # fmt: skip
@@ -87,7 +88,7 @@ def test_bert_twin_pretrains_from_a_stock_checkpoint(stock_checkpoint, tmp_path)
 
 
 def test_bad_inputs_are_clear(tmp_path):
-    with pytest.raises(SystemExit, match="unknown --objective 'nsp'"):
+    with pytest.raises(ArgumentError, match="unknown --objective 'nsp'"):
         run_pretrain.main(["--objective", "nsp", "--output_dir", str(tmp_path / "x")])
     tiny = tmp_path / "tiny"
     tiny.mkdir()
