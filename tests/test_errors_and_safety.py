@@ -164,7 +164,8 @@ def test_a_crash_while_saving_leaves_the_previous_model_loadable(stock_checkpoin
     tokenizer = AutoTokenizer.from_pretrained(source)
     first = run_as2.load_model(run_as2.ModelArguments(model_name_or_path=str(source)), tokenizer, contextual=True)
     out = tmp_path / "model"
-    outputs.save_hub_folder(first, tokenizer, out, None, None, {}, card="first\n")
+    outputs.save_hub_folder(first, tokenizer, out, None, None, {})
+    card, record = (out / "README.md").read_text(), (out / "as2hub_run.json").read_text()
     name = next(iter(first.state_dict()))
     expected = first.state_dict()[name].clone()
 
@@ -178,11 +179,11 @@ def test_a_crash_while_saving_leaves_the_previous_model_loadable(stock_checkpoin
 
     monkeypatch.setattr(type(tokenizer), "save_pretrained", crash)  # after the new weights are written to staging
     with pytest.raises(OSError, match="disk full"):
-        outputs.save_hub_folder(second, tokenizer, out, None, None, {}, card="second\n")
+        outputs.save_hub_folder(second, tokenizer, out, None, None, {})
     assert not list(out.glob(".staging-*"))
     reloaded = AutoModelForSequenceClassification.from_pretrained(out, trust_remote_code=True)
     assert torch.equal(reloaded.state_dict()[name], expected)
-    assert (out / "README.md").read_text() == "first\n"
+    assert (out / "README.md").read_text() == card and (out / "as2hub_run.json").read_text() == record
 
 
 # ------------------------------------------------------------------------------ clean split without a question

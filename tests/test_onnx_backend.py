@@ -176,7 +176,7 @@ def test_session_options_and_the_command_line_entry_points(ranker_folder):
     with pytest.raises(ValueError, match="not both"):
         OnnxRankerModel(folder / "onnx" / "model.onnx", model.config, num_threads=2, session_options=options)
     scripts = {entry.name: entry.value for entry in importlib.metadata.entry_points(group="console_scripts")}
-    assert scripts["as2hub-export-onnx"] == "as2hub.run_scripts.export_onnx:main"
+    assert scripts["as2hub-export-onnx"] == "as2hub.run_scripts.export_onnx:cli"
 
 
 @needs_onnx

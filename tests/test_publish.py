@@ -316,7 +316,7 @@ def test_as2hub_push_is_an_installed_command():
     from importlib.metadata import entry_points
 
     (script,) = [entry for entry in entry_points(group="console_scripts") if entry.name == "as2hub-push"]
-    assert script.value == "as2hub.run_scripts.push_to_hub:main"
+    assert script.value == "as2hub.run_scripts.push_to_hub:cli"
 
 
 def test_the_earlier_card_functions_still_build_cards(stock_checkpoint):
