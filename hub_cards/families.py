@@ -42,6 +42,17 @@ def _file_dataset(ctx: CardContext, source) -> DatasetRef:
     return DatasetRef(hub or name, hub or name, hub)
 
 
+# What every AS2 ranker's run measures (run_as2, run_joint): MAP / MRR / P@1 on the test and dev splits.
+AS2_RANKING_METRICS = (
+    Metric("test", "test_map", "map", "MAP", "test"),
+    Metric("test", "test_mrr", "mrr", "MRR", "test"),
+    Metric("test", "test_p@1", "precision_at_1", "P@1", "test"),
+    Metric("dev", "eval_map", "map", "MAP", "validation"),
+    Metric("dev", "eval_mrr", "mrr", "MRR", "validation"),
+    Metric("dev", "eval_p@1", "precision_at_1", "P@1", "validation"),
+)
+
+
 # -- contextual AS2 -------------------------------------------------------------------------------------------------
 
 
@@ -228,14 +239,7 @@ register_family(
         pipeline_tag="text-ranking",
         tags=("answer-sentence-selection", "cross-encoder", "reranker"),
         task=("text-ranking", "Answer Sentence Selection"),
-        metrics=(
-            Metric("test", "test_map", "map", "MAP", "test"),
-            Metric("test", "test_mrr", "mrr", "MRR", "test"),
-            Metric("test", "test_p@1", "precision_at_1", "P@1", "test"),
-            Metric("dev", "eval_map", "map", "MAP", "validation"),
-            Metric("dev", "eval_mrr", "mrr", "MRR", "validation"),
-            Metric("dev", "eval_p@1", "precision_at_1", "P@1", "validation"),
-        ),
+        metrics=AS2_RANKING_METRICS,
         training=_as2_training,
         dataset=_as2_dataset,
         datasets=_as2_datasets,
@@ -560,14 +564,7 @@ register_family(
         pipeline_tag="text-ranking",
         tags=("answer-sentence-selection", "joint-multi-candidate", "reranker"),
         task=("text-ranking", "Answer Sentence Selection"),
-        metrics=(
-            Metric("test", "test_map", "map", "MAP", "test"),
-            Metric("test", "test_mrr", "mrr", "MRR", "test"),
-            Metric("test", "test_p@1", "precision_at_1", "P@1", "test"),
-            Metric("dev", "eval_map", "map", "MAP", "validation"),
-            Metric("dev", "eval_mrr", "mrr", "MRR", "validation"),
-            Metric("dev", "eval_p@1", "precision_at_1", "P@1", "validation"),
-        ),
+        metrics=AS2_RANKING_METRICS,
         training=_joint_training,
         dataset=_as2_dataset,
         datasets=_as2_datasets,
