@@ -56,6 +56,7 @@ from as2hub.metrics.hotpotqa import best_spans, hotpotqa_evaluate, qe_map, selec
 from as2hub.modeling import LongformerQEConfig, LongformerWithQEContrastive
 from as2hub.run_scripts.common import (
     ArgumentError,
+    CPUFriendlyArguments,
     OverwriteArguments,
     check_max_length,
     check_output_dir,
@@ -180,7 +181,7 @@ class DataArguments:
 
 
 @dataclass
-class QETrainingArguments(OverwriteArguments, TrainingArguments):
+class QETrainingArguments(CPUFriendlyArguments, OverwriteArguments, TrainingArguments):
     """TrainingArguments for long-context QA: the paper's learning rate (1e-4, appendix B.2), clip 1.0, best model by
     dev supporting-fact F1 (defined for every dataset; pass ``--metric_for_best_model joint_f1`` for HotpotQA)."""
 
