@@ -104,6 +104,29 @@ def check_record_and_card(out, family: str, auto_class: str, expected: dict) -> 
     return record, card
 
 
+def load_by_repo_id(hub, repo: str, record: dict, home) -> dict:
+    """Load ``repo`` BY ID from the fake Hub in a fresh process (empty HF_HOME, as2hub blocked) with the record's Auto
+    class, resolve its auto_map and custom pipelines, and compare the outputs on the record's reference input (the
+    same check ``as2hub-push`` runs on the staged folder, here on what the Hub serves)."""
+    from as2hub.run_scripts import fresh_load_check
+
+    component = {**record["components"]["model"], "name": repo, "path": repo}
+    home.mkdir(parents=True, exist_ok=True)
+    spec = home / "spec.json"
+    spec.write_text(json.dumps({"components": [component]}))
+    env = {**os.environ, "HF_ENDPOINT": hub.url, "HF_HOME": str(home / "hf_home"), "HF_TOKEN": hub.token,
+           "HF_HUB_DISABLE_XET": "1", "OMP_NUM_THREADS": "1"}  # fmt: skip
+    env.pop("HF_HUB_OFFLINE", None)
+    result = subprocess.run(
+        [sys.executable, fresh_load_check.__file__, str(spec)], capture_output=True, text=True, timeout=600, env=env
+    )
+    assert "REPORT" in result.stdout, result.stderr[-3000:]
+    (report,) = json.loads(result.stdout.rsplit("REPORT", 1)[1])
+    assert report["problems"] == [], report["problems"]
+    assert (home / "hf_home").is_dir()  # downloaded into the empty cache, not read from the run folder
+    return report
+
+
 def test_joint_as2_run_pushes_with_its_collated_reference_batch(hub, stock_checkpoint, tmp_path):
     results = run_joint.main(
         joint_args(tmp_path, stock_checkpoint("bert"), "--head", "AE_k", *push_flags(hub, "tester/joint"))
@@ -130,6 +153,8 @@ def test_joint_as2_run_pushes_with_its_collated_reference_batch(hub, stock_check
     assert not {name for name in commit.files if name.startswith(("checkpoint-", "all_results", "test_pred"))}
     hub_card = ModelCard(commit.files["README.md"].decode())
     assert model_index(hub_card) == expected and 'model="tester/joint"' in hub_card.text
+    report = load_by_repo_id(hub, "tester/joint", record, tmp_path / "fresh")
+    assert report["max_abs_diff"] is not None and report["max_abs_diff"] < 1e-4
 
     # The push refuses a folder whose weights are not those of the trained model.
     tampered = shutil.copytree(out, tmp_path / "tampered", ignore=shutil.ignore_patterns("checkpoint-*"))
@@ -225,3 +250,5 @@ def test_longformer_run_pushes_with_the_hotpotqa_collated_batch(hub, tmp_path):
     assert not {name for name in files if name.endswith(("_predictions.json", "_scores.jsonl"))}
     _, hub_metrics = read_run(out)
     assert hub_metrics == metrics
+    report = load_by_repo_id(hub, "tester/longformer", record, tmp_path / "fresh")
+    assert report["max_abs_diff"] is not None and report["max_abs_diff"] < 1e-4
