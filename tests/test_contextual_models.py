@@ -184,7 +184,9 @@ def test_round_trip_in_a_fresh_process_without_as2hub(stock_checkpoint, tmp_path
     """
     expected, cases = {}, {}
     for backbone in sorted(BACKBONES):
-        model, tokenizer = load_contextual(stock_checkpoint(backbone), backbone)
+        source = stock_checkpoint(backbone)
+        torch.manual_seed(0)  # the new head and token-type rows: the same model whatever ran before
+        model, tokenizer = load_contextual(source, backbone)
         torch.manual_seed(1)
         with torch.no_grad():  # move the head and the token-type rows off their init: segments must matter
             for parameter in model.parameters():
@@ -223,7 +225,8 @@ def test_round_trip_in_a_fresh_process_without_as2hub(stock_checkpoint, tmp_path
         for auto_name, logits in report[folder]["logits"].items():
             assert logits == pytest.approx(expected[folder]["logits"], abs=1e-5), (backbone, auto_name)
         scores = expected[folder]["scores"]
-        assert len(set(round(score, 4) for score in scores)) == len(scores), "degenerate check: equal scores"
+        gaps = [b - a for a, b in zip(sorted(scores), sorted(scores)[1:])]
+        assert min(gaps) > 2e-5, "degenerate check: scores closer than the comparison tolerance"
         assert all(out["label"] == "correct" for out in report[folder]["pipeline"])
         pipe_scores = [out["score"] for out in report[folder]["pipeline"]]
         assert pipe_scores == pytest.approx(scores, abs=1e-5), (backbone, "pipeline")
