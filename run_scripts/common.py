@@ -96,6 +96,15 @@ def load_checkpoint(model_class, source: str, loader=None, **kwargs):
     return model
 
 
+def without_evaluation(training_args) -> None:
+    """No validation data: no evaluation, no early stopping, no best-checkpoint selection; the last model is kept."""
+    logger.warning("no validation data: no early stopping, the last model is kept")
+    training_args.eval_strategy = "no"
+    training_args.load_best_model_at_end = False
+    if training_args.save_strategy == "best":
+        training_args.save_strategy = "epoch"
+
+
 def has_accelerator() -> bool:
     accelerator = getattr(torch, "accelerator", None)
     return bool(accelerator.is_available()) if accelerator is not None else torch.cuda.is_available()

@@ -47,6 +47,7 @@ from as2hub.run_scripts.common import (
     remove_stale_checkpoints,
     run_cli,
     setup_logging,
+    without_evaluation,
 )
 from as2hub.run_scripts.outputs import save_hub_folder, write_json_atomic, write_ranked_predictions
 from as2hub.run_scripts.publishing import HubArguments, HubPush
@@ -296,11 +297,7 @@ def main(argv: list[str] | None = None) -> dict:
     tokenized = {name: tokenize_as2(split.dataset, tokenizer) for name, split in splits.items()}
     has_dev = "validation" in tokenized
     if not has_dev:
-        logger.warning("no validation data: no early stopping, the last model is kept")
-        training_args.eval_strategy = "no"
-        training_args.load_best_model_at_end = False
-        if training_args.save_strategy == "best":
-            training_args.save_strategy = "epoch"
+        without_evaluation(training_args)
     trainer = Trainer(
         model=model,
         args=training_args,

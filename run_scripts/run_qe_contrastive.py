@@ -63,6 +63,7 @@ from as2hub.run_scripts.common import (
     parse_arguments,
     remove_stale_checkpoints,
     run_cli,
+    without_evaluation,
 )
 from as2hub.run_scripts.outputs import save_hub_folder, write_json_atomic, write_text_atomic
 from as2hub.run_scripts.publishing import HubArguments, HubPush
@@ -440,11 +441,7 @@ def main(argv: list[str] | None = None) -> dict:
 
     has_dev = "validation" in encoded
     if not has_dev:
-        logger.warning("no validation data: no early stopping, the last model is kept")
-        training_args.eval_strategy = "no"
-        training_args.load_best_model_at_end = False
-        if training_args.save_strategy == "best":
-            training_args.save_strategy = "epoch"
+        without_evaluation(training_args)
     evaluators = {
         name: QEEvaluator(encoded[name][0], encoded[name][1], splits[name].dataset, config, data_args)
         for name in ("validation", "test")
