@@ -162,7 +162,7 @@ class AS2TrainingArguments(CPUFriendlyArguments, OverwriteArguments, TrainingArg
         default=None,
         metadata={
             "help": "Linear warmup steps (>= 1) or ratio (< 1). Default: the papers' 1,000 steps (WikiQA), capped at "
-            "10% of the run for runs shorter than 10,000 steps."
+            "10%% of the run for runs shorter than 10,000 steps."
         },
     )
 

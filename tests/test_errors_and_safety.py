@@ -45,6 +45,25 @@ def test_run_cli_prints_one_line_for_a_user_error_and_keeps_tracebacks_for_bugs(
     assert run_cli(lambda argv: {"map": 1.0}, []) == 0
 
 
+@pytest.mark.parametrize(
+    "script", ["run_as2", "run_joint", "run_pretrain", "run_qe_contrastive", "export_onnx", "push_to_hub"]
+)
+def test_every_command_prints_its_help(script, capsys):
+    """``--help`` of every run script and console command exits 0 with the usage and every option's help (a ``%`` in
+    a help string once made argparse crash on ``as2hub-train --help``)."""
+    import importlib
+
+    module = importlib.import_module(f"as2hub.run_scripts.{script}")
+    entry = getattr(module, "cli", module.main)
+    with pytest.raises(SystemExit) as exit_info:
+        entry(["--help"])
+    assert exit_info.value.code == 0
+    out = capsys.readouterr().out
+    assert out.startswith("usage:") and "--help" in out
+    if script in ("run_as2", "run_joint"):
+        assert "capped at 10% of the run" in " ".join(out.split())
+
+
 def test_argument_errors_of_the_dataclasses_are_typed(tmp_path):
     with pytest.raises(ArgumentError, match="--onnx_quantize needs --export_onnx"):
         run_as2.main(["--output_dir", str(tmp_path / "x"), "--onnx_quantize", "int8"])
