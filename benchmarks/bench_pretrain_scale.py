@@ -23,6 +23,7 @@ The machine is shared: the load average is recorded before and after, and the ra
 Usage::
 
     python benchmarks/bench_pretrain_scale.py                                  # ~9 min on 2 idle cores
+    python benchmarks/bench_pretrain_scale.py --parts rss                      # one part; the others keep their figures
     python benchmarks/bench_pretrain_scale.py --steps 20 --rss_steps 200 --repeats 1 \\
         --results /tmp/scale_smoke.json                                         # smoke test, ~2 min
 
@@ -44,6 +45,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_utils import RESULTS_DIR, format_table, machine_info, now_iso, write_json  # noqa: E402
 
 MODULE = "as2hub.run_scripts.run_pretrain"
+PARTS = ("in_process", "throughput", "exact_resume", "rss")
 
 
 def free_port() -> int:
@@ -71,17 +73,20 @@ def run(processes: int, threads: int, steps: int, batch: int, extra: list[str], 
             command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(processes),
                        "--master_port", str(free_port()), "-m", MODULE]  # fmt: skip
         per_device = batch // processes
-        process = subprocess.Popen(
-            [*command, *base_args(out, steps, per_device, extra)],
-            env=env,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        sampled = sampler(process) if sampler else None
-        _, stderr = process.communicate()
-        if process.returncode != 0:
-            raise RuntimeError(f"run failed ({process.returncode}):\n{stderr[-3000:]}")
+        # stderr goes to a file, not a pipe: nobody reads a pipe while the sampler polls, and a long run's logging
+        # fills its buffer and blocks the child (the first RSS runs hung at step 2,166 that way).
+        with open(Path(tmp) / "stderr.log", "w+") as stderr_file:
+            process = subprocess.Popen(
+                [*command, *base_args(out, steps, per_device, extra)],
+                env=env,
+                stdout=subprocess.DEVNULL,
+                stderr=stderr_file,
+            )
+            sampled = sampler(process) if sampler else None
+            process.wait()
+            if process.returncode != 0:
+                stderr_file.seek(0)
+                raise RuntimeError(f"run failed ({process.returncode}):\n{stderr_file.read()[-3000:]}")
         results = json.loads((out / "pretrain_results.json").read_text())
         runtime = results["train"]["train_runtime"]
         return steps * per_device * processes / runtime, sampled
@@ -200,74 +205,99 @@ def main(argv=None):
     parser.add_argument("--repeats", type=int, default=3, help="interleaved pairs for the exact-resume overhead")
     parser.add_argument("--micro_batches", type=int, default=40, help="(b') batches per timing")
     parser.add_argument("--skip_runs", action="store_true", help="only (b'): no subprocess runs")
+    parser.add_argument(
+        "--parts",
+        default=",".join(PARTS),
+        help=f"comma-separated subset of {PARTS}; the parts not run keep their figures from an existing --results",
+    )
     parser.add_argument("--rss_steps", type=int, default=3000)
     parser.add_argument("--rss_batch", type=int, default=8)
     parser.add_argument("--model_args", default="", help="extra run_pretrain arguments, e.g. '--objective ssp'")
     parser.add_argument("--results", default=str(RESULTS_DIR / "pretrain_scale.json"))
     args = parser.parse_args(argv)
+    parts = [p.strip() for p in args.parts.split(",") if p.strip()]
+    if args.skip_runs:
+        parts = ["in_process"]
+    unknown = set(parts) - set(PARTS)
+    if unknown:
+        parser.error(f"unknown parts {sorted(unknown)}; choose from {PARTS}")
     extra = args.model_args.split()
-    report = {"date": now_iso(), "machine": machine_info(), "arguments": vars(args)}
+    results_path = Path(args.results)
+    report = json.loads(results_path.read_text()) if results_path.is_file() and set(parts) != set(PARTS) else {}
+    report.setdefault("parts", {})
+    report.update({"date": now_iso(), "machine": machine_info(), "arguments": vars(args)})
     started = time.time()
 
-    micro = bookkeeping_microbench(args.batch, args.micro_batches, max(args.repeats, 3))
-    report["exact_resume_in_process"] = micro
-    print(
-        f"exact-resume bookkeeping in-process: data path {micro['data_ms_without']:.2f} -> "
-        f"{micro['data_ms_with_tracking']:.2f} ms per batch of {args.batch}, model step {micro['model_step_ms']:.1f} ms: "
-        f"{micro['overhead_of_step']:+.2%} of a step",
-        flush=True,
-    )
-    if args.skip_runs:
-        report["load_average_at_end"] = list(os.getloadavg())
-        write_json(args.results, report)
-        return report
+    def record(part: str, **values):
+        """Keeps a part's figures with the date and load of the run that measured them; written at once."""
+        report.update(values)
+        report["parts"][part] = {"date": now_iso(), "load_average_at_end": list(os.getloadavg())}
+        write_json(results_path, report)
 
-    throughput = {}
-    for name, processes, threads in (("1 process x 1 thread", 1, 1), ("1 process x 2 threads", 1, 2),
-                                     ("2 processes x 1 thread", 2, 1)):  # fmt: skip
-        throughput[name], _ = run(processes, threads, args.steps, args.batch, extra)
-        print(f"{name}: {throughput[name]:.1f} examples/s", flush=True)
-    report["throughput_examples_per_s"] = throughput
-
-    with_tracking, without = [], []
-    for _ in range(args.repeats):
-        with_tracking.append(run(1, 1, args.steps, args.batch, [*extra, "--exact_resume", "true"])[0])
-        without.append(run(1, 1, args.steps, args.batch, [*extra, "--exact_resume", "false"])[0])
-    overhead = statistics.median(without) / statistics.median(with_tracking) - 1
-    report["exact_resume"] = {"with": with_tracking, "without": without, "overhead": overhead}
-    print(f"exact-resume bookkeeping overhead: {overhead:+.2%}", flush=True)
-
-    with tempfile.TemporaryDirectory() as tmp:
-        prefix = str(Path(tmp) / "stream")
-        rate, points = run(
-            1, 1, args.rss_steps, args.rss_batch, extra, {"AS2HUB_STREAM_LOG": prefix}, sampler=rss_sampler(prefix)
+    if "in_process" in parts:
+        micro = bookkeeping_microbench(args.batch, args.micro_batches, max(args.repeats, 3))
+        record("in_process", exact_resume_in_process=micro)
+        print(
+            f"exact-resume bookkeeping in-process: data path {micro['data_ms_without']:.2f} -> "
+            f"{micro['data_ms_with_tracking']:.2f} ms per batch of {args.batch}, model step "
+            f"{micro['model_step_ms']:.1f} ms: {micro['overhead_of_step']:+.2%} of a step",
+            flush=True,
         )
-    steps = args.rss_steps
-    second_half = [p for p in points if p[0] >= steps // 2]
-    report["rss"] = {
-        "steps": steps,
-        "batch": args.rss_batch,
-        "examples_per_s": rate,
-        "start_mib": rss_at(points, max(1, steps // 20)),
-        "middle_mib": rss_at(points, steps // 2),
-        "end_mib": rss_at(points, steps),
-        "slope_mib_per_1000_steps_second_half": slope_per_1000(second_half) if len(second_half) > 2 else None,
-        "curve": points[:: max(1, len(points) // 200)],
-    }
+
+    if "throughput" in parts:
+        throughput = {}
+        for name, processes, threads in (("1 process x 1 thread", 1, 1), ("1 process x 2 threads", 1, 2),
+                                         ("2 processes x 1 thread", 2, 1)):  # fmt: skip
+            throughput[name], _ = run(processes, threads, args.steps, args.batch, extra)
+            print(f"{name}: {throughput[name]:.1f} examples/s", flush=True)
+        record("throughput", throughput_examples_per_s=throughput)
+
+    if "exact_resume" in parts:
+        with_tracking, without = [], []
+        for _ in range(args.repeats):
+            with_tracking.append(run(1, 1, args.steps, args.batch, [*extra, "--exact_resume", "true"])[0])
+            without.append(run(1, 1, args.steps, args.batch, [*extra, "--exact_resume", "false"])[0])
+        overhead = statistics.median(without) / statistics.median(with_tracking) - 1
+        record("exact_resume", exact_resume={"with": with_tracking, "without": without, "overhead": overhead})
+        print(f"exact-resume bookkeeping overhead: {overhead:+.2%}", flush=True)
+
+    if "rss" in parts:
+        with tempfile.TemporaryDirectory() as tmp:
+            prefix = str(Path(tmp) / "stream")
+            rate, points = run(
+                1, 1, args.rss_steps, args.rss_batch, extra, {"AS2HUB_STREAM_LOG": prefix}, sampler=rss_sampler(prefix)
+            )
+        steps = args.rss_steps
+        second_half = [p for p in points if p[0] >= steps // 2]
+        rss = {
+            "steps": steps,
+            "batch": args.rss_batch,
+            "examples_per_s": rate,
+            "start_mib": rss_at(points, max(1, steps // 20)),
+            "middle_mib": rss_at(points, steps // 2),
+            "end_mib": rss_at(points, steps),
+            "slope_mib_per_1000_steps_second_half": slope_per_1000(second_half) if len(second_half) > 2 else None,
+            "curve": points[:: max(1, len(points) // 200)],
+        }
+        record("rss", rss=rss)
+
     report["load_average_at_end"] = list(os.getloadavg())
     report["wall_seconds"] = time.time() - started
-
-    rows = [[name, value, value / throughput["1 process x 1 thread"]] for name, value in throughput.items()]
-    print(format_table(["setting", "examples/s", "vs 1x1"], rows))
-    rss = report["rss"]
-    print(format_table(
-        ["RSS (MiB)", "start", "middle", "end", "slope MiB/1k steps (2nd half)"],
-        [[f"{steps} steps x {args.rss_batch}", rss["start_mib"], rss["middle_mib"], rss["end_mib"],
-          rss["slope_mib_per_1000_steps_second_half"]]],
-    ))  # fmt: skip
-    print(f"exact-resume overhead {overhead:+.2%} (target <= 1%); load average {report['machine']['load_average_at_start']}"
-          f" -> {report['load_average_at_end']}")  # fmt: skip
-    write_json(args.results, report)
+    throughput = report.get("throughput_examples_per_s")
+    if throughput:
+        rows = [[name, value, value / throughput["1 process x 1 thread"]] for name, value in throughput.items()]
+        print(format_table(["setting", "examples/s", "vs 1x1"], rows))
+    rss = report.get("rss")
+    if rss:
+        print(format_table(
+            ["RSS (MiB)", "start", "middle", "end", "slope MiB/1k steps (2nd half)"],
+            [[f"{rss['steps']} steps x {rss['batch']}", rss["start_mib"], rss["middle_mib"], rss["end_mib"],
+              rss["slope_mib_per_1000_steps_second_half"]]],
+        ))  # fmt: skip
+    if "exact_resume" in report:
+        print(f"exact-resume overhead {report['exact_resume']['overhead']:+.2%} (target <= 1%)")
+    print(f"load average {report['machine']['load_average_at_start']} -> {report['load_average_at_end']}")
+    write_json(results_path, report)
     return report
 
 
