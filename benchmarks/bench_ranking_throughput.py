@@ -27,7 +27,7 @@ Usage::
 
     python benchmarks/bench_ranking_throughput.py \\
         --model_dir /work/models/wikiqa_quality/as2hub_pairwise \\
-        --contextual_model_dir /work/models/wikiqa_quality/as2hub_contextual      # ~50 min on a quiet 2-core machine
+        --contextual_model_dir /work/models/wikiqa_quality/as2hub_contextual      # ~20 min on a quiet 2-core machine
     python benchmarks/bench_ranking_throughput.py --model_dir ... --contextual_model_dir ... --map_only \\
         --results benchmarks/results/ranking_map_onnx_int8.json                     # int8 MAP change only, ~5 min
     python benchmarks/bench_ranking_throughput.py --max_pairs 128 --repeats 1 --no_wait \\
