@@ -199,8 +199,9 @@ class PretrainTrainingArguments(CPUFriendlyArguments, OverwriteArguments, Traini
     remove_unused_columns: bool = field(default=False)
 
 
-def load_corpus(data_args: PretrainDataArguments):
-    config = CorpusConfig(
+def corpus_config(data_args: PretrainDataArguments) -> CorpusConfig:
+    """The corpus filters and separators of the command line."""
+    return CorpusConfig(
         min_sentence_chars=data_args.min_sentence_chars,
         min_paragraph_chars=data_args.min_paragraph_chars,
         min_document_chars=data_args.min_document_chars,
@@ -208,6 +209,10 @@ def load_corpus(data_args: PretrainDataArguments):
         document_separator=data_args.document_separator,
         text_field=data_args.text_field,
     )
+
+
+def load_corpus(data_args: PretrainDataArguments):
+    config = corpus_config(data_args)
     source = data_args.corpus
     if source is not None and not _looks_like_files(source):
         source = datasets.load_dataset(source, split="train")
@@ -239,14 +244,7 @@ def load_streaming_corpus(data_args: PretrainDataArguments):
         stream = datasets.load_dataset(_STREAMING_BUILDERS[suffix], data_files=source, split="train", streaming=True)
     else:
         stream = datasets.load_dataset(source, split="train", streaming=True)
-    config = CorpusConfig(
-        min_sentence_chars=data_args.min_sentence_chars,
-        min_paragraph_chars=data_args.min_paragraph_chars,
-        min_document_chars=data_args.min_document_chars,
-        paragraph_separator=data_args.paragraph_separator,
-        document_separator=data_args.document_separator,
-        text_field=data_args.text_field,
-    )
+    config = corpus_config(data_args)
     documents = documents_from_dataset(stream, config)
     held_out = [row["paragraphs"] for row in itertools.islice(documents, data_args.validation_documents)]
     logger.info("streaming corpus %s: %d held-out documents from the start of the stream", source, len(held_out))
