@@ -84,6 +84,8 @@ def parse_args(argv=None):
     )
     parser.add_argument("--cascade_from", default="mspp_ae_k", choices=("mspp_ae_k", "mspp_ie_k", "joint_ae_k", "joint_ie_k"),
                         help="the initialisation and head of the cascade's joint model")  # fmt: skip
+    parser.add_argument("--first_token_attention", default="own_slot", choices=("own_slot", "all"),
+                        help="of every joint model (pre-training and fine-tuning); 'all' is the paper's")  # fmt: skip
     parser.add_argument("--bootstrap", type=int, default=10000)
     parser.add_argument("--quality_results", default=str(RESULTS_DIR / "wikiqa_quality.json"))
     parser.add_argument("--output_root", default="/tmp/as2hub_bench/joint_wikiqa", help="run outputs (not the repo)")
@@ -120,6 +122,7 @@ def settings_of(args) -> dict:
             "add_pydoc": args.add_pydoc,
         },
         "cascade_from": args.cascade_from,
+        "first_token_attention": args.first_token_attention,
         "selection": "best clean-dev MAP, evaluated every epoch",
         "test_set": "WikiQA test, clean (questions with >= 1 correct and >= 1 wrong candidate)",
     }
@@ -205,6 +208,7 @@ def pretrain(args, corpus: Path, head: str, output_dir: Path) -> dict:
         "--num_candidates", str(args.num_candidates),
         "--slot_length", str(args.slot_length),
         "--token_type_init", "scratch",  # keep MiniLM's two rows, draw the new ones (as the fine-tuning runs)
+        "--first_token_attention", args.first_token_attention,
         "--corpus", str(corpus),
         "--output_dir", str(output_dir), "--overwrite_output_dir",
         "--max_steps", str(steps),
@@ -256,6 +260,7 @@ def run_joint_system(args, model_path: str, head: str, output_dir: Path, pairwis
         "--seed", str(args.seed),
         "--warmup_steps", "0",  # as the recorded pairwise run
         "--token_type_init", "scratch",
+        "--first_token_attention", args.first_token_attention,
         "--disable_tqdm", "True",
     ]  # fmt: skip
     if pairwise_model:

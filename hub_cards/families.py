@@ -459,9 +459,15 @@ def _joint_layout(ctx: CardContext) -> str:
         if config.get("slot_positions") == "per_slot"
         else "positions 0..(k+1)·L−1 (the paper)"
     )
+    attention = (
+        "each candidate's first token attending to its own slot and the question only (`first_token_attention="
+        '"own_slot"`)'
+        if config.get("first_token_attention") == "own_slot"
+        else "full attention (the paper)"
+    )
     return (
         f"k + 1 = {k + 1 if k else '?'} slots of L = {length} tokens ({(k + 1) * length if k and length else '?'} "
-        f"tokens), slot i with token type i, {positions}; head `{config.get('head')}`"
+        f"tokens), slot i with token type i, {positions}, {attention}; head `{config.get('head')}`"
     )
 
 

@@ -131,7 +131,10 @@ def graph_config(config) -> dict:
     }
     if config.model_type in JOINT_MODEL_TYPES:
         fields.update(
-            {key: getattr(config, key) for key in ("head", "num_candidates", "slot_length", "slot_positions")}
+            {
+                key: getattr(config, key)
+                for key in ("head", "num_candidates", "slot_length", "slot_positions", "first_token_attention")
+            }
         )
     return fields
 

@@ -117,6 +117,7 @@ CONFIG_KEYS = (
     "num_candidates",
     "slot_length",
     "slot_positions",
+    "first_token_attention",
     "head",
     "contrastive_weight",
     "qe_similarity",

@@ -103,6 +103,14 @@ class JointModelArguments:
     slot_positions: str = field(
         default="global", metadata={"help": "'global' (0..(k+1)L-1, the paper) or 'per_slot' (restart per slot)."}
     )
+    first_token_attention: str = field(
+        default="own_slot",
+        metadata={
+            "help": "'own_slot' (as2hub): each candidate's first token, the one the heads read, attends only to its "
+            "own slot and the question; 'all': full attention, as the paper (its joint models then need MSPP to "
+            "tell the candidates apart)."
+        },
+    )
     token_type_init: str = field(default="scratch", metadata={"help": "Init of the token-type rows grown to k+1."})
     use_lora: bool = field(default=False, metadata={"help": "Fine-tune LoRA adapters (PEFT) instead of all weights."})
     lora_r: int = 8
@@ -375,6 +383,7 @@ def load_model(model_args: JointModelArguments, tokenizer, label_names: tuple[st
         "slot_length": model_args.slot_length,
         "head": model_args.head,
         "slot_positions": model_args.slot_positions,
+        "first_token_attention": model_args.first_token_attention,
         "token_type_init": model_args.token_type_init,
         "pad_token_id": tokenizer.pad_token_id,
     }

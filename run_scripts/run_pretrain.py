@@ -114,6 +114,14 @@ class PretrainModelArguments:
     slot_positions: str = field(
         default="global", metadata={"help": "--objective mspp: 'global' positions (the paper) or 'per_slot'."}
     )
+    first_token_attention: str = field(
+        default="own_slot",
+        metadata={
+            "help": "--objective mspp: 'own_slot' (as2hub): each candidate's first token, the one the heads read, attends only to its "
+            "own slot and the question; 'all': full attention, as the paper (its joint models then need MSPP to "
+            "tell the candidates apart)."
+        },
+    )
 
 
 @dataclass
@@ -307,6 +315,7 @@ def build_joint_model(model_args: PretrainModelArguments, tokenizer, objective: 
         "slot_length": model_args.slot_length,
         "head": model_args.joint_head,
         "slot_positions": model_args.slot_positions,
+        "first_token_attention": model_args.first_token_attention,
         "token_type_init": model_args.token_type_init,
         "pad_token_id": tokenizer.pad_token_id,
         "mlm_weight": model_args.mlm_weight,

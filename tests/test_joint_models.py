@@ -338,11 +338,13 @@ FRESH_PROCESS = textwrap.dedent(
 def test_round_trip_in_a_fresh_process_without_as2hub_for_every_head(stock_checkpoint, tmp_path):
     expected, cases = {}, {}
     # Every head on the BERT family (MiniLM, the benchmarks' backbone), and one of each kind on RoBERTa and ELECTRA.
-    combinations = [("bert", head) for head in HEADS] + [("roberta", "AE_k"), ("electra", "AE_1")]
-    for backbone, head in combinations:
-        model, tokenizer = load_joint(stock_checkpoint(backbone), head=head)
+    # And the own-slot first-token attention (the run scripts' default) on every backbone.
+    combinations = [("bert", head, "all") for head in HEADS] + [("roberta", "AE_k", "all"), ("electra", "AE_1", "all")]
+    combinations += [(backbone, "AE_k", "own_slot") for backbone in ("bert", "roberta", "electra")]
+    for backbone, head, attention in combinations:
+        model, tokenizer = load_joint(stock_checkpoint(backbone), head=head, first_token_attention=attention)
         perturb(model)
-        folder = tmp_path / f"{backbone}-{head}"
+        folder = tmp_path / f"{backbone}-{attention}-{head}"
         model.save_pretrained(folder)
         tokenizer.save_pretrained(folder)
         batch = batch_for(tokenizer, FEATURES)
@@ -378,6 +380,63 @@ def test_round_trip_in_a_fresh_process_without_as2hub_for_every_head(stock_check
             assert {r["label"]: r["score"] for r in got["pipeline"]} == pytest.approx(
                 {FV_LABELS[i]: s for i, s in enumerate(scores)}, abs=1e-5
             )
+
+
+def attention_maps(model, batch):
+    model.set_attn_implementation("eager")
+    with torch.no_grad():
+        return model(**batch, output_attentions=True).attentions
+
+
+@pytest.mark.parametrize("backbone", sorted(BACKBONES))
+def test_own_slot_first_tokens_attend_only_to_their_slot_and_the_question(stock_checkpoint, backbone):
+    model, tokenizer = load_joint(stock_checkpoint(backbone), first_token_attention="own_slot")
+    perturb(model)
+    batch = batch_for(tokenizer, FEATURES)
+    batch.pop("labels")
+    slot = torch.arange((K + 1) * L) // L
+    keys = batch["attention_mask"].bool()
+    for layer in attention_maps(model, batch):
+        for row in range(len(FEATURES)):
+            weights = layer[row].sum(0)  # summed over heads: (query, key)
+            assert (weights[:, ~keys[row]] == 0).all()  # padding is never attended to
+            for query in range((K + 1) * L):
+                if not keys[row, query]:
+                    continue
+                reached = weights[query] > 0
+                if query % L == 0 and query >= L:  # a candidate's first token: its own slot and the question
+                    assert torch.equal(reached, keys[row] & ((slot == slot[query]) | (slot == 0)))
+                else:  # every other token: the whole input
+                    assert torch.equal(reached, keys[row])
+    # The same logits with the default attention kernel (sdpa), and different ones with the paper's full attention.
+    with torch.no_grad():
+        eager = model(**batch).logits
+        model.set_attn_implementation("sdpa")
+        own = model(**batch).logits
+        torch.testing.assert_close(own, eager, atol=1e-5, rtol=1e-5)
+        model.config.first_token_attention = "all"
+        full = model(**batch).logits
+    assert not torch.allclose(own[0], full[0], atol=1e-4)
+
+
+def test_first_token_attention_defaults_to_the_papers_and_is_checked(stock_checkpoint, tmp_path):
+    config = JointBertConfig(vocab_size=50, hidden_size=8, num_hidden_layers=1, num_attention_heads=2)
+    assert config.first_token_attention == "all"
+    # A folder saved before the field existed loads with the paper's full attention.
+    model, tokenizer = load_joint(stock_checkpoint("bert"))
+    model.save_pretrained(tmp_path)
+    saved = json.loads((tmp_path / "config.json").read_text())
+    del saved["first_token_attention"]
+    (tmp_path / "config.json").write_text(json.dumps(saved))
+    assert JointMultiCandidateModel.from_pretrained(tmp_path).config.first_token_attention == "all"
+    with pytest.raises(ValueError, match="first_token_attention must be one of"):
+        JointBertConfig(vocab_size=50, hidden_size=8, num_hidden_layers=1, num_attention_heads=2,
+                        first_token_attention="local")  # fmt: skip
+    with torch.no_grad():  # "all": every first token reaches every slot
+        batch = batch_for(tokenizer, FEATURES)
+        batch.pop("labels")
+        weights = attention_maps(perturb(model), batch)[0][0].sum(0)
+    assert (weights[L][batch["attention_mask"][0].bool()] > 0).all()
 
 
 def test_saved_folder_is_hub_ready(stock_checkpoint, tmp_path):

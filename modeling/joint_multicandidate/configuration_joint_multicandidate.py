@@ -10,6 +10,15 @@ Each backbone keeps its stock config fields and adds:
 - ``slot_positions``: ``"global"`` numbers the positions 0..(k+1)·L-1 as the paper does (section 3.2);
   ``"per_slot"`` restarts them at every slot, so that a candidate's representation does not depend on its slot
   position (with equal candidate token-type rows, permuting the candidates then permutes their scores).
+- ``first_token_attention``: ``"all"`` lets every token attend to the whole input, as the paper does; ``"own_slot"``
+  (as2hub) lets the first token of each candidate slot, the one the heads read, attend only to its own slot and to the
+  question slot, while every other token still attends to the whole input, so candidates still inform each other
+  through their tokens. Why: in a pretrained encoder the k+1 first tokens attend mostly to one another and come out
+  the same (cosine 1.0000 between slots for all-MiniLM-L6-v2), so with ``"all"`` the heads start with one score for
+  every candidate and the model needs MSPP or many epochs to tell them apart (the paper's "convergence issues",
+  section 4.3). With ``"own_slot"`` each first token starts as a pairwise cross-encoder's ``[CLS]`` would
+  (``benchmarks/bench_joint_learnability.py``). The config default is ``"all"`` (the paper; checkpoints saved
+  without the field keep their behaviour); as2hub's run scripts default to ``"own_slot"``.
 - ``token_type_init`` ("scratch" | "copy" | ...): how the rows added when a checkpoint's token-type table is grown to
   k+1 rows (slot i has token type i) are initialised (see ``hub_common.grow_token_type_embeddings``).
 - ``mlm_weight`` / ``mspp_weight``: weights of the two losses of MLM + MSPP pre-training (1:1 in the paper, appendix
@@ -33,6 +42,7 @@ from .hub_common import POSITIVE_LABEL, TOKEN_TYPE_INITS
 HEADS = ("IE_1", "AE_1", "IE_k", "AE_k")
 CANDIDATE_HEADS = ("IE_k", "AE_k")
 SLOT_POSITIONS = ("global", "per_slot")
+FIRST_TOKEN_ATTENTION = ("all", "own_slot")
 # Every slot holds at least a first special token, one token of text and a closing special token.
 MIN_SLOT_LENGTH = 3
 
@@ -49,6 +59,10 @@ def check_joint_config(config, positions: bool = True) -> None:
         raise ValueError(f"head must be one of {HEADS}, got {config.head!r}")
     if config.slot_positions not in SLOT_POSITIONS:
         raise ValueError(f"slot_positions must be one of {SLOT_POSITIONS}, got {config.slot_positions!r}")
+    if config.first_token_attention not in FIRST_TOKEN_ATTENTION:
+        raise ValueError(
+            f"first_token_attention must be one of {FIRST_TOKEN_ATTENTION}, got {config.first_token_attention!r}"
+        )
     if (
         isinstance(config.num_candidates, bool)
         or not isinstance(config.num_candidates, int)
@@ -129,6 +143,7 @@ class JointRobertaConfig(_JointFields, RobertaConfig):
     slot_length: int = 64
     head: str = "AE_k"
     slot_positions: str = "global"
+    first_token_attention: str = "all"
     token_type_init: str = "scratch"
     type_vocab_size: int | None = None
     mlm_weight: float = 1.0
@@ -155,6 +170,7 @@ class JointElectraConfig(_JointFields, ElectraConfig):
     slot_length: int = 64
     head: str = "AE_k"
     slot_positions: str = "global"
+    first_token_attention: str = "all"
     token_type_init: str = "scratch"
     type_vocab_size: int | None = None
     mlm_weight: float = 1.0
@@ -176,6 +192,7 @@ class JointBertConfig(_JointFields, BertConfig):
     slot_length: int = 64
     head: str = "AE_k"
     slot_positions: str = "global"
+    first_token_attention: str = "all"
     token_type_init: str = "scratch"
     type_vocab_size: int | None = None
     mlm_weight: float = 1.0

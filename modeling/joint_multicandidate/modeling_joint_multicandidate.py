@@ -5,7 +5,9 @@ NAACL 2022. The input is k+1 slots of L tokens (section 3.2; see ``joint_layout.
 claim, slots 1..k the candidates, each ``<s> x </s>`` (the backbone's own CLS/SEP) padded or truncated to L; token type
 ids 0..k (the checkpoint's table grown to k+1 rows) and positions 0..(k+1)·L-1, or restarted per slot. Both are derived
 here when they are not passed (pipelines pass none). E_i is the output of the first token of slot i (for BERT-family
-backbones through the pretrained pooler, as BertForSequenceClassification reads [CLS]). Heads (section 3.3):
+backbones through the pretrained pooler, as BertForSequenceClassification reads [CLS]). With
+``first_token_attention="own_slot"`` (as2hub's run scripts' default; the paper's is ``"all"``) the first token of each
+candidate slot attends only to its own slot and the question slot (see the config's docstring). Heads (section 3.3):
 
 - ``IE_1``: a classifier on E_0; ``AE_1``: a classifier on the mean of E_0..E_k (over the filled slots): one label per
   input, ``logits`` of shape ``(batch, num_labels)`` (fact verification);
@@ -168,10 +170,33 @@ class JointMultiCandidateMixin(TokenTypeGrowthMixin):
             filled = attention_mask[:, ::L].to(device) > 0
         return token_type_ids, position_ids, filled
 
+    def slot_attention_mask(self, attention_mask: torch.Tensor | None, batch: int, device) -> torch.Tensor:
+        """The ``(batch, 1, T, T)`` additive mask of ``first_token_attention="own_slot"`` (T = (k+1)·L).
+
+        Query rows of the first token of candidate slots 1..k keep only the keys of their own slot and of the question
+        slot; every other row keeps every key. Padded keys (``attention_mask`` 0) are masked in every row.
+        """
+        config = self.config
+        index = torch.arange(config.sequence_length, device=device)
+        slot = index // config.slot_length
+        candidate_first = (index % config.slot_length == 0) & (slot > 0)
+        allowed = ~candidate_first[:, None] | (slot[:, None] == slot[None, :]) | (slot[None, :] == 0)
+        if attention_mask is None:
+            keys = torch.ones(batch, config.sequence_length, dtype=torch.bool, device=device)
+        else:
+            keys = attention_mask.to(device) > 0
+        allowed = allowed[None, None] & keys[:, None, None, :]
+        return torch.zeros(allowed.shape, dtype=self.dtype, device=device).masked_fill(
+            ~allowed, torch.finfo(self.dtype).min
+        )
+
     def _encode(self, input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, **kwargs):
         token_type_ids, position_ids, filled = self.slot_inputs(
             input_ids, inputs_embeds, attention_mask, token_type_ids, position_ids
         )
+        if getattr(self.config, "first_token_attention", "all") == "own_slot":
+            reference = input_ids if input_ids is not None else inputs_embeds
+            attention_mask = self.slot_attention_mask(attention_mask, reference.shape[0], reference.device)
         outputs = self.base_model(
             input_ids,
             attention_mask=attention_mask,
