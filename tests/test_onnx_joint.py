@@ -29,7 +29,7 @@ CANDIDATES = [
 FV_LABELS = {0: "SUPPORTS", 1: "REFUTES", 2: "NOT ENOUGH INFO"}
 
 
-def saved_joint(stock_checkpoint, folder, backbone="bert", head="AE_k", seed=1):
+def saved_joint(stock_checkpoint, folder, backbone="bert", head="AE_k", seed=1, attention="all"):
     """A tiny joint model moved off its init, with its head scaled so that scores spread (a test where every score
     is 0.5 could not fail), saved in ``folder``."""
     source = stock_checkpoint(backbone)
@@ -37,7 +37,13 @@ def saved_joint(stock_checkpoint, folder, backbone="bert", head="AE_k", seed=1):
     labels = {"id2label": FV_LABELS, "label2id": {v: k for k, v in FV_LABELS.items()}} if head.endswith("_1") else {}
     torch.manual_seed(0)
     model = JointMultiCandidateModel.from_pretrained(
-        source, num_candidates=K, slot_length=L, head=head, pad_token_id=tokenizer.pad_token_id, **labels
+        source,
+        num_candidates=K,
+        slot_length=L,
+        head=head,
+        pad_token_id=tokenizer.pad_token_id,
+        first_token_attention=attention,
+        **labels,
     ).eval()
     torch.manual_seed(seed)
     with torch.no_grad():
@@ -59,10 +65,12 @@ def saved_joint(stock_checkpoint, folder, backbone="bert", head="AE_k", seed=1):
 
 
 @pytest.mark.parametrize(
-    ("backbone", "head"), [("bert", "AE_k"), ("roberta", "IE_k"), ("electra", "AE_k")], ids=lambda v: str(v)
+    ("backbone", "head", "attention"),
+    [("bert", "AE_k", "all"), ("roberta", "IE_k", "all"), ("electra", "AE_k", "all"), ("bert", "AE_k", "own_slot")],
+    ids=lambda v: str(v),
 )
-def test_joint_graph_scores_equal_torch_and_int8_stays_close(stock_checkpoint, tmp_path, backbone, head):
-    model, tokenizer = saved_joint(stock_checkpoint, tmp_path, backbone, head)
+def test_joint_graph_scores_equal_torch_and_int8_stays_close(stock_checkpoint, tmp_path, backbone, head, attention):
+    model, tokenizer = saved_joint(stock_checkpoint, tmp_path, backbone, head, attention=attention)
     paths = export_onnx(tmp_path, quantize="int8")
     assert paths["fp32"] == tmp_path / "onnx" / GRAPH_FILES[None] and paths["int8"].is_file()
     expected = JointRanker(model, tokenizer, batch_size=2).score(QUESTION, CANDIDATES)
