@@ -106,9 +106,10 @@ class JointModelArguments:
     first_token_attention: str = field(
         default="own_slot",
         metadata={
+            "choices": ["own_slot", "all"],
             "help": "'own_slot' (as2hub): each candidate's first token, the one the heads read, attends only to its "
             "own slot and the question; 'all': full attention, as the paper (its joint models then need MSPP to "
-            "tell the candidates apart)."
+            "tell the candidates apart).",
         },
     )
     token_type_init: str = field(default="scratch", metadata={"help": "Init of the token-type rows grown to k+1."})

@@ -117,9 +117,10 @@ class PretrainModelArguments:
     first_token_attention: str = field(
         default="own_slot",
         metadata={
+            "choices": ["own_slot", "all"],
             "help": "--objective mspp: 'own_slot' (as2hub): each candidate's first token, the one the heads read, attends only to its "
             "own slot and the question; 'all': full attention, as the paper (its joint models then need MSPP to "
-            "tell the candidates apart)."
+            "tell the candidates apart).",
         },
     )
 

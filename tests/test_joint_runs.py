@@ -47,6 +47,7 @@ def test_as2_fine_tuning_writes_a_hub_folder_and_ranked_predictions(stock_checkp
     assert results["dev"]["eval_map"] == pytest.approx(results["test"]["test_map"])  # dev and test are one file
     config = json.loads((out / "config.json").read_text())
     assert config["model_type"] == "joint_bert" and config["head"] == "IE_k" and config["num_candidates"] == K
+    assert config["first_token_attention"] == "own_slot"  # the run scripts' default
     assert "joint-ranking" in config["custom_pipelines"]
     for name in ("model.safetensors", "pipeline_joint_multicandidate.py", "tokenizer.json", "README.md"):
         assert (out / name).exists(), name
@@ -114,7 +115,7 @@ def test_cascade_with_a_pairwise_model_folder(stock_checkpoint, tmp_path):
     assert all(line["ranking"][0]["stage"] == "joint" for line in predictions(tmp_path / "out"))
 
 
-def test_bad_input_is_named_before_anything_is_written(stock_checkpoint, tmp_path):
+def test_bad_input_is_named_before_anything_is_written(stock_checkpoint, tmp_path, capsys):
     model = stock_checkpoint("bert")
     with pytest.raises(AS2DataError, match=r"train\.jsonl: --grouping top_k needs pairwise scores"):
         run_joint.main(joint_args(tmp_path, model, "--grouping", "top_k"))
@@ -131,6 +132,9 @@ def test_bad_input_is_named_before_anything_is_written(stock_checkpoint, tmp_pat
         run_joint.main(joint_args(tmp_path, model, "--slot_length", "2"))
     with pytest.raises(ValueError, match="use --head IE_k or AE_k"):
         run_joint.main(joint_args(tmp_path, model, "--head", "IE_1"))
+    with pytest.raises(SystemExit):  # argparse names the flag and the choices
+        run_joint.main(joint_args(tmp_path, model, "--first_token_attention", "local"))
+    assert "invalid choice: 'local' (choose from 'own_slot', 'all')" in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
 
 
@@ -209,10 +213,14 @@ def test_mspp_pretraining_logs_per_slot_metrics_and_feeds_run_joint(stock_checkp
     assert config["model_type"] == f"joint_{backbone}" and config["head"] == head
     assert config["type_vocab_size"] == K + 1 and config["architectures"][0].endswith("ForJointPretraining")
     assert config["mspp_weight"] == 0.5 and config["mlm_weight"] == 1.0
-    finetuned = run_joint.main(joint_args(tmp_path, out, "--head", head, "--max_steps", "2"))
+    assert config["first_token_attention"] == "own_slot"  # the run scripts' default
+    finetuned = run_joint.main(
+        joint_args(tmp_path, out, "--head", head, "--max_steps", "2", "--first_token_attention", "all")
+    )
     assert finetuned["test"]["test_num_questions"] == 3
     config = json.loads((tmp_path / "out" / "config.json").read_text())
     assert config["architectures"][0].endswith("ForJointMultiCandidate")
+    assert config["first_token_attention"] == "all"  # the paper's, when asked for
 
 
 @pytest.mark.slow
