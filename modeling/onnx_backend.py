@@ -32,7 +32,8 @@ silently scoring with old weights.
 Joint multi-candidate models (``joint_*``, :mod:`as2hub.modeling.joint_multicandidate`) export the same way: ONE
 graph over the fixed ``(k+1)·L`` slot layout (dynamic batch axis only), ``logits`` of shape ``(batch, k)`` for
 ``IE_k`` / ``AE_k`` heads (empty slots at the dtype's minimum, probability 0) or ``(batch, num_labels)`` for ``*_1``
-heads; the slot token types are an explicit input, the positions are computed inside the graph. Rank with
+heads; the slot token types are an explicit input, the positions (and, with ``first_token_attention="own_slot"``,
+the slot attention mask) are computed inside the graph. Rank with
 ``JointRanker.from_pretrained(path, backend="onnx", quantize="int8")``. Another input layout is one entry in
 :data:`EXPORT_SPECS`: how to build dummy batches, which axes are dynamic and which Auto class loads the model;
 export, quantization, metadata, verification and the session wrapper do not depend on the layout.
@@ -544,6 +545,9 @@ def check_not_stale(graph: Path, folder: Path, config, metadata: dict, quantize:
             f"(sha256 {exported_from[:12]}… vs {current[:12]}…): {rerun}"
         )
     exported_config = json.loads(metadata.get(CONFIG_KEY, "{}"))
+    if exported_config.get("model_type") in JOINT_MODEL_TYPES:
+        # Graphs exported before the field existed were built with the paper's full attention.
+        exported_config.setdefault("first_token_attention", "all")
     if exported_config and exported_config != graph_config(config):
         raise StaleOnnxExportError(
             f"{graph} is stale: exported for config {exported_config}, the folder's config.json now has "

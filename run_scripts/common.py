@@ -287,6 +287,22 @@ def _positions_of(source: str) -> tuple[int | None, int | None]:
     return usable_positions(config), getattr(config, "max_position_embeddings", None)
 
 
+def first_token_attention(requested: str | None, source: str | None) -> str | None:
+    """The ``first_token_attention`` a joint run builds its model with: ``requested`` when given; else ``None`` (keep
+    the folder's own, the paper's ``"all"`` when it predates the field) for a joint checkpoint or config, so that
+    fine-tuning an MSPP folder or resuming keeps what it was trained with; else ``"own_slot"`` (a new joint model)."""
+    if requested is not None:
+        return requested
+    if source is not None:
+        from transformers import PreTrainedConfig
+
+        with transformers_quiet():
+            model_type = PreTrainedConfig.get_config_dict(source)[0].get("model_type", "")
+        if model_type.startswith("joint_"):
+            return None
+    return "own_slot"
+
+
 def check_max_length(
     max_length: int | None, source: str | None, default: int | None = None, flag: str = "--max_length"
 ) -> int | None:

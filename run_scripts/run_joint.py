@@ -68,6 +68,7 @@ from as2hub.run_scripts.common import (
     ArgumentError,
     check_output_dir,
     check_slot_budget,
+    first_token_attention,
     load_checkpoint,
     parse_arguments,
     remove_stale_checkpoints,
@@ -103,13 +104,13 @@ class JointModelArguments:
     slot_positions: str = field(
         default="global", metadata={"help": "'global' (0..(k+1)L-1, the paper) or 'per_slot' (restart per slot)."}
     )
-    first_token_attention: str = field(
-        default="own_slot",
+    first_token_attention: str | None = field(
+        default=None,
         metadata={
             "choices": ["own_slot", "all"],
             "help": "'own_slot' (as2hub): each candidate's first token, the one the heads read, attends only to its "
             "own slot and the question; 'all': full attention, as the paper (its joint models then need MSPP to "
-            "tell the candidates apart).",
+            "tell the candidates apart). Default: a joint checkpoint's own setting, 'own_slot' for a new joint model.",
         },
     )
     token_type_init: str = field(default="scratch", metadata={"help": "Init of the token-type rows grown to k+1."})
@@ -384,10 +385,14 @@ def load_model(model_args: JointModelArguments, tokenizer, label_names: tuple[st
         "slot_length": model_args.slot_length,
         "head": model_args.head,
         "slot_positions": model_args.slot_positions,
-        "first_token_attention": model_args.first_token_attention,
         "token_type_init": model_args.token_type_init,
         "pad_token_id": tokenizer.pad_token_id,
     }
+    attention = first_token_attention(
+        model_args.first_token_attention, model_args.model_name_or_path or model_args.config_name
+    )
+    if attention is not None:
+        overrides["first_token_attention"] = attention
     if label_names is not None:
         overrides["id2label"] = dict(enumerate(label_names))
         overrides["label2id"] = {name: index for index, name in enumerate(label_names)}

@@ -67,6 +67,7 @@ from as2hub.run_scripts.common import (
     check_max_length,
     check_output_dir,
     check_slot_budget,
+    first_token_attention,
     load_checkpoint,
     parse_arguments,
     remove_stale_checkpoints,
@@ -114,13 +115,13 @@ class PretrainModelArguments:
     slot_positions: str = field(
         default="global", metadata={"help": "--objective mspp: 'global' positions (the paper) or 'per_slot'."}
     )
-    first_token_attention: str = field(
-        default="own_slot",
+    first_token_attention: str | None = field(
+        default=None,
         metadata={
             "choices": ["own_slot", "all"],
             "help": "--objective mspp: 'own_slot' (as2hub): each candidate's first token, the one the heads read, attends only to its "
             "own slot and the question; 'all': full attention, as the paper (its joint models then need MSPP to "
-            "tell the candidates apart).",
+            "tell the candidates apart). Default: a joint checkpoint's own setting, 'own_slot' for a new joint model.",
         },
     )
 
@@ -316,12 +317,16 @@ def build_joint_model(model_args: PretrainModelArguments, tokenizer, objective: 
         "slot_length": model_args.slot_length,
         "head": model_args.joint_head,
         "slot_positions": model_args.slot_positions,
-        "first_token_attention": model_args.first_token_attention,
         "token_type_init": model_args.token_type_init,
         "pad_token_id": tokenizer.pad_token_id,
         "mlm_weight": model_args.mlm_weight,
         "mspp_weight": 0.0 if objective.startswith("mlm") else model_args.cls_weight,
     }
+    attention = first_token_attention(
+        model_args.first_token_attention, model_args.model_name_or_path or model_args.config_name
+    )
+    if attention is not None:
+        settings["first_token_attention"] = attention
     if model_args.model_name_or_path:
         return load_checkpoint(model_class, model_args.model_name_or_path, **settings)
     if model_args.config_name:

@@ -203,11 +203,16 @@ def test_content_of_an_empty_slot_changes_no_valid_score(stock_checkpoint, backb
 
 @pytest.mark.parametrize("backbone", sorted(BACKBONES))
 @pytest.mark.parametrize("head", ["IE_k", "AE_k"])
-def test_per_slot_positions_make_candidate_scores_permutation_equivariant(stock_checkpoint, backbone, head):
+@pytest.mark.parametrize("attention", ["all", "own_slot"])
+def test_per_slot_positions_make_candidate_scores_permutation_equivariant(stock_checkpoint, backbone, head, attention):
     # Equal candidate token-type rows ("copy": RoBERTa's only row, BERT/ELECTRA's second-segment row) and positions
     # restarted per slot: a candidate's score depends on its text, not on its slot.
     model, tokenizer = load_joint(
-        stock_checkpoint(backbone), head=head, token_type_init="copy", slot_positions="per_slot"
+        stock_checkpoint(backbone),
+        head=head,
+        token_type_init="copy",
+        slot_positions="per_slot",
+        first_token_attention=attention,
     )
     types = model.base_model.embeddings.token_type_embeddings.weight
     perturb(model)
@@ -400,9 +405,7 @@ def test_own_slot_first_tokens_attend_only_to_their_slot_and_the_question(stock_
         for row in range(len(FEATURES)):
             weights = layer[row].sum(0)  # summed over heads: (query, key)
             assert (weights[:, ~keys[row]] == 0).all()  # padding is never attended to
-            for query in range((K + 1) * L):
-                if not keys[row, query]:
-                    continue
+            for query in range((K + 1) * L):  # padded rows too: an empty slot's first token reaches the question only
                 reached = weights[query] > 0
                 if query % L == 0 and query >= L:  # a candidate's first token: its own slot and the question
                     assert torch.equal(reached, keys[row] & ((slot == slot[query]) | (slot == 0)))
@@ -417,6 +420,18 @@ def test_own_slot_first_tokens_attend_only_to_their_slot_and_the_question(stock_
         model.config.first_token_attention = "all"
         full = model(**batch).logits
     assert not torch.allclose(own[0], full[0], atol=1e-4)
+
+
+def test_own_slot_refuses_kernels_and_masks_it_cannot_serve(stock_checkpoint):
+    model, tokenizer = load_joint(stock_checkpoint("bert"), first_token_attention="own_slot")
+    batch = batch_for(tokenizer, FEATURES)
+    batch.pop("labels")
+    square = batch["attention_mask"][:, None, None, :].expand(-1, 1, (K + 1) * L, -1)
+    with pytest.raises(ValueError, match=r"takes a \(batch, \(k\+1\)·L\) padding mask .* shape \(2, 1, 64, 64\)"):
+        model(**{**batch, "attention_mask": square})
+    model.config._attn_implementation = "flash_attention_2"
+    with pytest.raises(ValueError, match="'flash_attention_2' attention kernel cannot take"):
+        model(**batch)
 
 
 def test_first_token_attention_defaults_to_the_papers_and_is_checked(stock_checkpoint, tmp_path):

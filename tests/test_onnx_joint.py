@@ -137,3 +137,30 @@ def test_a_retrained_joint_model_refuses_its_old_graph(stock_checkpoint, tmp_pat
     saved_joint(stock_checkpoint, tmp_path, "bert", "IE_k", seed=2)  # new weights, old graph
     with pytest.raises(StaleOnnxExportError, match="as2hub-export-onnx"):
         JointRanker.from_pretrained(tmp_path, backend="onnx")
+
+
+def test_graphs_exported_before_first_token_attention_existed_still_load(stock_checkpoint, tmp_path):
+    import json
+
+    import onnx
+
+    from as2hub.modeling.onnx_backend import CONFIG_KEY
+
+    def drop_the_field(graph_path):
+        graph = onnx.load(str(graph_path))
+        for prop in graph.metadata_props:
+            if prop.key == CONFIG_KEY:
+                recorded = json.loads(prop.value)
+                del recorded["first_token_attention"]
+                prop.value = json.dumps(recorded)
+        onnx.save(graph, str(graph_path))
+
+    model, tokenizer = saved_joint(stock_checkpoint, tmp_path, "bert", "AE_k")  # "all", as every older model
+    drop_the_field(export_onnx(tmp_path)["fp32"])
+    got = JointRanker.from_pretrained(tmp_path, backend="onnx", num_threads=1).score(QUESTION, CANDIDATES)
+    assert got == pytest.approx(JointRanker(model, tokenizer).score(QUESTION, CANDIDATES), abs=1e-4)
+    # The same old graph next to an own-slot config is stale: it was traced with full attention.
+    config = json.loads((tmp_path / "config.json").read_text())
+    (tmp_path / "config.json").write_text(json.dumps({**config, "first_token_attention": "own_slot"}))
+    with pytest.raises(StaleOnnxExportError, match="first_token_attention"):
+        JointRanker.from_pretrained(tmp_path, backend="onnx")

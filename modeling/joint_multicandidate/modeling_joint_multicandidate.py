@@ -111,6 +111,10 @@ def _classifier_dropout(config) -> float:
     return config.classifier_dropout if config.classifier_dropout is not None else config.hidden_dropout_prob
 
 
+# Attention kernels that take an additive (batch, 1, T, T) mask (flash attention reads only padding masks).
+OWN_SLOT_ATTENTION_KERNELS = ("eager", "sdpa", "flex_attention")
+
+
 class JointMultiCandidateMixin(TokenTypeGrowthMixin):
     """What the backbones share: slot token types and positions, slot embeddings, the four heads, losses, saving.
 
@@ -146,6 +150,11 @@ class JointMultiCandidateMixin(TokenTypeGrowthMixin):
         reference = input_ids if input_ids is not None else inputs_embeds
         if reference is None:
             raise ValueError("pass input_ids or inputs_embeds")
+        if attention_mask is not None and attention_mask.dim() != 2:
+            raise ValueError(
+                "the joint model takes a (batch, (k+1)·L) padding mask and builds its own attention pattern; got an "
+                f"attention_mask of shape {tuple(attention_mask.shape)}"
+            )
         batch, length = reference.shape[:2]
         config = self.config
         k, L = config.num_candidates, config.slot_length
@@ -195,6 +204,13 @@ class JointMultiCandidateMixin(TokenTypeGrowthMixin):
             input_ids, inputs_embeds, attention_mask, token_type_ids, position_ids
         )
         if getattr(self.config, "first_token_attention", "all") == "own_slot":
+            implementation = getattr(self.config, "_attn_implementation", None) or "eager"
+            if implementation not in OWN_SLOT_ATTENTION_KERNELS:
+                raise ValueError(
+                    f"first_token_attention='own_slot' builds a (batch, 1, T, T) attention mask, which the "
+                    f"{implementation!r} attention kernel cannot take: load the model with attn_implementation in "
+                    f"{OWN_SLOT_ATTENTION_KERNELS}"
+                )
             reference = input_ids if input_ids is not None else inputs_embeds
             attention_mask = self.slot_attention_mask(attention_mask, reference.shape[0], reference.device)
         outputs = self.base_model(
