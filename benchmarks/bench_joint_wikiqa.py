@@ -69,6 +69,9 @@ def parse_args(argv=None):
     parser.add_argument("--epochs", type=float, default=1.0)
     parser.add_argument("--lr", type=float, default=2e-5)
     parser.add_argument("--batch_size", type=int, default=32)
+    parser.add_argument("--joint_batch_size", type=int, default=None,
+                        help="groups of k candidates per step of the joint systems (default: --batch_size); "
+                             "--batch_size // k gives the pairwise run's pairs per step")  # fmt: skip
     parser.add_argument("--eval_batch_size", type=int, default=64)
     parser.add_argument("--seed", type=int, default=42)
     parser.add_argument("--max_train_samples", type=int, default=None, help="keep whole questions up to N rows")
@@ -108,6 +111,7 @@ def settings_of(args) -> dict:
         "epochs": args.epochs,
         "learning_rate": args.lr,
         "batch_size": args.batch_size,
+        "joint_batch_size": args.joint_batch_size or args.batch_size,
         "eval_batch_size": args.eval_batch_size,
         "seed": args.seed,
         "max_train_samples": args.max_train_samples,
@@ -255,7 +259,7 @@ def run_joint_system(args, model_path: str, head: str, output_dir: Path, pairwis
         "--slot_length", str(args.slot_length),
         "--learning_rate", str(args.lr),
         "--num_train_epochs", str(args.epochs),
-        "--per_device_train_batch_size", str(args.batch_size),
+        "--per_device_train_batch_size", str(args.joint_batch_size or args.batch_size),
         "--per_device_eval_batch_size", str(args.eval_batch_size),
         "--seed", str(args.seed),
         "--warmup_steps", "0",  # as the recorded pairwise run
