@@ -287,6 +287,20 @@ def _positions_of(source: str) -> tuple[int | None, int | None]:
     return usable_positions(config), getattr(config, "max_position_embeddings", None)
 
 
+FIRST_TOKEN_ATTENTION_HELP = (
+    "'own_slot' (as2hub): each candidate's first token, the one the heads read, attends only to its own slot and the "
+    "question; 'all': full attention, as the paper (its joint models then need MSPP to tell the candidates apart). "
+    "Default: a joint checkpoint's own setting, 'own_slot' for a new joint model."
+)
+
+
+def first_token_attention_field(prefix: str = ""):
+    """The ``--first_token_attention`` argument of the joint run scripts (see :func:`first_token_attention`)."""
+    return dataclasses.field(
+        default=None, metadata={"choices": ["own_slot", "all"], "help": prefix + FIRST_TOKEN_ATTENTION_HELP}
+    )
+
+
 def first_token_attention(requested: str | None, source: str | None) -> str | None:
     """The ``first_token_attention`` a joint run builds its model with: ``requested`` when given; else ``None`` (keep
     the folder's own, the paper's ``"all"`` when it predates the field) for a joint checkpoint or config, so that

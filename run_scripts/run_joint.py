@@ -69,6 +69,7 @@ from as2hub.run_scripts.common import (
     check_output_dir,
     check_slot_budget,
     first_token_attention,
+    first_token_attention_field,
     load_checkpoint,
     parse_arguments,
     remove_stale_checkpoints,
@@ -104,15 +105,7 @@ class JointModelArguments:
     slot_positions: str = field(
         default="global", metadata={"help": "'global' (0..(k+1)L-1, the paper) or 'per_slot' (restart per slot)."}
     )
-    first_token_attention: str | None = field(
-        default=None,
-        metadata={
-            "choices": ["own_slot", "all"],
-            "help": "'own_slot' (as2hub): each candidate's first token, the one the heads read, attends only to its "
-            "own slot and the question; 'all': full attention, as the paper (its joint models then need MSPP to "
-            "tell the candidates apart). Default: a joint checkpoint's own setting, 'own_slot' for a new joint model.",
-        },
-    )
+    first_token_attention: str | None = first_token_attention_field()
     token_type_init: str = field(default="scratch", metadata={"help": "Init of the token-type rows grown to k+1."})
     use_lora: bool = field(default=False, metadata={"help": "Fine-tune LoRA adapters (PEFT) instead of all weights."})
     lora_r: int = 8

@@ -68,6 +68,7 @@ from as2hub.run_scripts.common import (
     check_output_dir,
     check_slot_budget,
     first_token_attention,
+    first_token_attention_field,
     load_checkpoint,
     parse_arguments,
     remove_stale_checkpoints,
@@ -115,15 +116,7 @@ class PretrainModelArguments:
     slot_positions: str = field(
         default="global", metadata={"help": "--objective mspp: 'global' positions (the paper) or 'per_slot'."}
     )
-    first_token_attention: str | None = field(
-        default=None,
-        metadata={
-            "choices": ["own_slot", "all"],
-            "help": "--objective mspp: 'own_slot' (as2hub): each candidate's first token, the one the heads read, attends only to its "
-            "own slot and the question; 'all': full attention, as the paper (its joint models then need MSPP to "
-            "tell the candidates apart). Default: a joint checkpoint's own setting, 'own_slot' for a new joint model.",
-        },
-    )
+    first_token_attention: str | None = first_token_attention_field("--objective mspp: ")
 
 
 @dataclass
