@@ -147,6 +147,7 @@ def test_joint_as2_run_pushes_with_its_collated_reference_batch(hub, stock_check
     assert f'pipeline("joint-ranking", model="{out}"' in card.text
     assert run_card_snippets(out / "README.md") == 2  # the pipeline and AutoModel snippets run as written
     assert "Paragraph-based Transformer Pre-training for Multi-Sentence Inference" in card.text
+    assert 'attending to its own slot and the question only (`first_token_attention="own_slot"`)' in card.text
     # Pushed once at the end (fresh-process check passed): the model, its code and pipeline, the card for the repo.
     commit = hub.head("tester/joint")
     assert JOINT_CODE | {"config.json", "model.safetensors", "tokenizer.json", "README.md"} <= set(commit.files)
