@@ -92,6 +92,7 @@ class Joint:
 
 def slot_similarity(path: str, tokenizer, k: int, slot_length: int, example: dict, attention: str) -> dict:
     """Cosines between the k+1 slots' first-token states and between their mean-pooled states (untrained model)."""
+    torch.manual_seed(0)  # the new head and token-type rows: the same draw for both attentions
     system = Joint(path, tokenizer, "AE_k", k, slot_length, attention)
     batch = system.collator([example])
     batch.pop("labels")
@@ -176,6 +177,7 @@ def main(argv=None) -> dict:
             )
     report["systems"] = {}
     for name, build in systems.items():
+        torch.manual_seed(args.seed)  # every system draws its new weights from the same seed
         report["systems"][name] = train(build(), args, name)
         write_json(args.results, report)
     for attention, similarity in report["slot_similarity_untrained"].items():
