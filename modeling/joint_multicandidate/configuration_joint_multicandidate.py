@@ -18,7 +18,7 @@ Each backbone keeps its stock config fields and adds:
   every candidate and the model needs MSPP or many epochs to tell them apart (the paper's "convergence issues",
   section 4.3). With ``"own_slot"`` each first token starts as a pairwise cross-encoder's ``[CLS]`` would
   (``benchmarks/bench_joint_learnability.py``). The config default is ``"all"`` (the paper; checkpoints saved
-  without the field keep their behaviour); as2hub's run scripts default to ``"own_slot"``.
+  without the field keep their behaviour); as2hub's run scripts build new joint models with ``"own_slot"``.
 - ``token_type_init`` ("scratch" | "copy" | ...): how the rows added when a checkpoint's token-type table is grown to
   k+1 rows (slot i has token type i) are initialised (see ``hub_common.grow_token_type_embeddings``).
 - ``mlm_weight`` / ``mspp_weight``: weights of the two losses of MLM + MSPP pre-training (1:1 in the paper, appendix
