@@ -99,6 +99,7 @@ def parse_args(argv=None):
     args = parser.parse_args(argv)
     args.systems = [s.strip() for s in args.systems.split(",") if s.strip()]
     args.rerun = {s.strip() for s in args.rerun.split(",") if s.strip()}
+    args.joint_batch_size = args.joint_batch_size or args.batch_size
     unknown = (set(args.systems) | args.rerun) - set(SYSTEMS)
     if unknown:
         parser.error(f"unknown systems {sorted(unknown)}; choose from {SYSTEMS}")
@@ -111,7 +112,7 @@ def settings_of(args) -> dict:
         "epochs": args.epochs,
         "learning_rate": args.lr,
         "batch_size": args.batch_size,
-        "joint_batch_size": args.joint_batch_size or args.batch_size,
+        "joint_batch_size": args.joint_batch_size,
         "eval_batch_size": args.eval_batch_size,
         "seed": args.seed,
         "max_train_samples": args.max_train_samples,
@@ -259,7 +260,7 @@ def run_joint_system(args, model_path: str, head: str, output_dir: Path, pairwis
         "--slot_length", str(args.slot_length),
         "--learning_rate", str(args.lr),
         "--num_train_epochs", str(args.epochs),
-        "--per_device_train_batch_size", str(args.joint_batch_size or args.batch_size),
+        "--per_device_train_batch_size", str(args.joint_batch_size),
         "--per_device_eval_batch_size", str(args.eval_batch_size),
         "--seed", str(args.seed),
         "--warmup_steps", "0",  # as the recorded pairwise run

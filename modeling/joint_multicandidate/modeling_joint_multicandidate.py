@@ -203,7 +203,7 @@ class JointMultiCandidateMixin(TokenTypeGrowthMixin):
         token_type_ids, position_ids, filled = self.slot_inputs(
             input_ids, inputs_embeds, attention_mask, token_type_ids, position_ids
         )
-        if getattr(self.config, "first_token_attention", "all") == "own_slot":
+        if self.config.first_token_attention == "own_slot":
             implementation = getattr(self.config, "_attn_implementation", None) or "eager"
             if implementation not in OWN_SLOT_ATTENTION_KERNELS:
                 raise ValueError(
