@@ -10,8 +10,9 @@ decay, clip 1.0, best clean-dev MAP; they are scored on the clean WikiQA test se
 - ``joint_ie_k`` / ``joint_ae_k``: ``run_joint.py`` (k = 5, L = 64, grouping ``all``) straight from MiniLM, no MSPP
   (the paper's "RoBERTa used as a joint model" rows, table 1);
 - ``mspp_ie_k`` / ``mspp_ae_k``: the same after a short MLM + MSPP continued pre-training of MiniLM with that head
-  (``run_pretrain.py --objective mspp``) on the document text of WikiQA *train* (documents that also occur in dev or
-  test left out), as ``bench_research_dslc_minilm.py`` does for DSLC. WikiQA keeps no paragraph breaks, so every
+  (``run_pretrain.py --objective mspp``; 600 steps of 8, MLM weight 0.1, see ``--pretrain_mlm_weight``) on the document
+  text of WikiQA *train* (documents that also occur in dev or test left out), as ``bench_research_dslc_minilm.py`` does
+  for DSLC. WikiQA keeps no paragraph breaks, so every
   document is one paragraph: MSPP then has no hard negatives (they are filled with easy ones, other documents), a
   weaker signal than the paper's Wikipedia/BookCorpus paragraphs (``--add_pydoc`` adds Python's docs, which have
   paragraphs);
@@ -77,10 +78,14 @@ def parse_args(argv=None):
     parser.add_argument("--max_train_samples", type=int, default=None, help="keep whole questions up to N rows")
     parser.add_argument("--num_candidates", type=int, default=5)
     parser.add_argument("--slot_length", type=int, default=64)
-    parser.add_argument("--pretrain_steps", type=int, default=300)
-    parser.add_argument("--pretrain_batch_size", type=int, default=16)
+    parser.add_argument("--pretrain_steps", type=int, default=600)
+    parser.add_argument("--pretrain_batch_size", type=int, default=8)
     parser.add_argument("--pretrain_lr", type=float, default=5e-5)
     parser.add_argument("--pretrain_warmup", type=float, default=0.1, help="fraction of the steps")
+    parser.add_argument("--pretrain_mlm_weight", type=float, default=0.1,
+                        help="MLM weight of the MSPP pre-training, MSPP weight 1 (the paper: 1:1, from RoBERTa's own MLM "
+                             "head; all-MiniLM-L6-v2 has none, and its fresh head's MLM loss, ~11, would dominate the "
+                             "clipped gradient)")  # fmt: skip
     parser.add_argument("--max_corpus_documents", type=int, default=None, help="first N documents (smoke tests)")
     parser.add_argument(
         "--add_pydoc", action="store_true", help="add pydoc_data.topics (with paragraphs) to the corpus"
@@ -106,6 +111,18 @@ def parse_args(argv=None):
     return args
 
 
+def settings_for(settings: dict, system: str) -> dict:
+    """The part of the benchmark's settings that ``system``'s run depends on: the MSPP pre-training settings only for
+    systems that start from it, ``cascade_from`` only for the cascade."""
+    init = settings.get("cascade_from") if system == "cascade" else system
+    drop = set()
+    if not str(init).startswith("mspp_"):
+        drop.add("pretraining")
+    if system != "cascade":
+        drop.add("cascade_from")
+    return {key: value for key, value in settings.items() if key not in drop}
+
+
 def settings_of(args) -> dict:
     return {
         "model_name": "sentence-transformers/all-MiniLM-L6-v2",
@@ -123,6 +140,7 @@ def settings_of(args) -> dict:
             "batch_size": args.pretrain_batch_size,
             "learning_rate": args.pretrain_lr,
             "warmup_fraction": args.pretrain_warmup,
+            "mlm_weight": args.pretrain_mlm_weight,
             "max_corpus_documents": args.max_corpus_documents,
             "add_pydoc": args.add_pydoc,
         },
@@ -221,6 +239,7 @@ def pretrain(args, corpus: Path, head: str, output_dir: Path) -> dict:
         "--per_device_eval_batch_size", "32",
         "--learning_rate", str(args.pretrain_lr),
         "--warmup_steps", str(args.pretrain_warmup),
+        "--mlm_weight", str(args.pretrain_mlm_weight),
         "--weight_decay", "0.01",
         "--validation_fraction", "0.1",
         "--eval_passes", "2",
@@ -309,13 +328,22 @@ def main(argv=None) -> dict:
         "pretraining": {},
     }
     previous = json.loads(results_path.read_text()) if args.reuse and results_path.is_file() else None
-    reusable = previous is not None and previous.get("settings") == report["settings"]
-    if args.reuse and not reusable:
-        logger.warning("not reusing %s: no earlier run with the same settings", results_path)
+    if args.reuse and previous is None:
+        logger.warning("not reusing %s: no such file", results_path)
+
+    def reusable(system: str) -> bool:
+        """An earlier run of ``system`` counts only when every setting it depends on is the same."""
+        if previous is None:
+            return False
+        same = settings_for(previous.get("settings", {}), system) == settings_for(report["settings"], system)
+        if not same:
+            logger.warning("not reusing %s of %s: its settings differ", system, results_path)
+        return same
+
     per_q: dict[str, dict] = {}
 
     def keep(system: str) -> bool:
-        if not reusable or system in args.rerun or system not in previous["systems"]:
+        if system in args.rerun or previous is None or system not in previous["systems"] or not reusable(system):
             return False
         record = previous["systems"][system]
         saved = read_ranking(Path(record["output_dir"]))
@@ -357,7 +385,8 @@ def main(argv=None) -> dict:
     pretrained_now = set()
     for head in sorted(heads_to_pretrain):
         folder = root / f"mspp_pretrain_{head}"
-        earlier = previous.get("pretraining", {}).get(head) if reusable else None
+        earlier = (previous or {}).get("pretraining", {}).get(head)
+        earlier = earlier if earlier and reusable(f"mspp_{head.lower()}") else None
         if earlier and (folder / "model.safetensors").is_file() and f"mspp_{head.lower()}" not in args.rerun:
             report["pretraining"][head] = {**earlier, "reused_from_earlier_invocation": True}
             continue
