@@ -45,7 +45,10 @@ def summarise_outputs(outputs) -> dict:
         if not torch.is_tensor(tensor) or not tensor.is_floating_point():
             continue
         flat = tensor.detach().float().cpu().reshape(-1)
-        index = torch.linspace(0, flat.numel() - 1, min(SAMPLES, flat.numel())).round().long()
+        # Integer arithmetic: a float32 linspace rounds its last point past the end above 2**24 entries (the MLM
+        # logits of a joint BERT input are 2 x 384 x 30,522).
+        count = min(SAMPLES, flat.numel())
+        index = torch.arange(count, dtype=torch.long) * (flat.numel() - 1) // max(count - 1, 1)
         summary[str(name)] = {
             "shape": list(tensor.shape),
             "index": index.tolist(),

@@ -253,3 +253,18 @@ def test_longformer_run_pushes_with_the_hotpotqa_collated_batch(hub, tmp_path):
     assert hub_metrics == metrics
     report = load_by_repo_id(hub, "tester/longformer", record, tmp_path / "fresh")
     assert report["max_abs_diff"] is not None and report["max_abs_diff"] < 1e-4
+
+
+@pytest.mark.parametrize("numel", [1, 7, 256, 257, 2**24 + 3, 2 * 384 * 30522])
+def test_reference_summary_samples_stay_inside_large_outputs(numel):
+    """The reference summary of a full-vocabulary output: a float32 linspace of positions rounded its last one past the
+    end above 2**24 entries (the MLM logits of an MSPP pre-training of a BERT-vocabulary MiniLM crashed the save)."""
+    from as2hub.run_scripts.fresh_load_check import SAMPLES, summarise_outputs
+
+    values = torch.arange(numel, dtype=torch.float64)  # the summary casts to float32: exact below 2**24
+    summary = summarise_outputs({"logits": values})["logits"]
+    index = summary["index"]
+    assert len(index) == min(SAMPLES, numel) == len(set(index))
+    assert index[0] == 0 and index[-1] == numel - 1 and index == sorted(index)
+    if numel <= 2**24:
+        assert summary["values"] == [float(i) for i in index]
