@@ -12,10 +12,9 @@ decay, clip 1.0, best clean-dev MAP; they are scored on the clean WikiQA test se
 - ``mspp_ie_k`` / ``mspp_ae_k``: the same after a short MLM + MSPP continued pre-training of MiniLM with that head
   (``run_pretrain.py --objective mspp``; 600 steps of 8, MLM weight 0.1, see ``--pretrain_mlm_weight``) on the document
   text of WikiQA *train* (documents that also occur in dev or test left out), as ``bench_research_dslc_minilm.py`` does
-  for DSLC. WikiQA keeps no paragraph breaks, so every
-  document is one paragraph: MSPP then has no hard negatives (they are filled with easy ones, other documents), a
-  weaker signal than the paper's Wikipedia/BookCorpus paragraphs (``--add_pydoc`` adds Python's docs, which have
-  paragraphs);
+  for DSLC. WikiQA keeps no paragraph breaks, so every document is one paragraph: MSPP then has no hard negatives
+  (they are filled with easy ones, other documents), a weaker signal than the paper's Wikipedia/BookCorpus paragraphs
+  (``--add_pydoc`` adds Python's docs, which have paragraphs);
 - ``cascade``: the joint model (from the ``--cascade_from`` MSPP pre-training) fine-tuned on the top 5 of the pairwise
   model (``--grouping top_k --pairwise_model``) and re-ranking its top 5 at test time, the rest kept in pairwise order
   (table 2).
