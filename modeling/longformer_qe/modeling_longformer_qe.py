@@ -266,6 +266,12 @@ def question_evidence_loss(
     return (log_denominator - log_numerator)[used].mean()
 
 
+def fill_lowest(logits: torch.Tensor, masked: torch.Tensor) -> torch.Tensor:
+    """``logits`` with the ``masked`` positions at the lowest value of *their own* dtype: under bf16/fp16 autocast the
+    heads return half-precision logits while the encoder's states stay fp32, and fp32's minimum overflows them."""
+    return logits.masked_fill(masked, torch.finfo(logits.dtype).min)
+
+
 def all_occurrences_loss(logits: torch.Tensor, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Per example ``-log Σ_{i ∈ positions} softmax(logits)[i]`` (positions padded with -1) and which rows count."""
     log_probs = logits.float().log_softmax(dim=-1)
@@ -383,12 +389,11 @@ class LongformerWithQEContrastive(TokenTypeGrowthMixin, LongformerPreTrainedMode
         )
         hidden = outputs.last_hidden_state
         batch = hidden.shape[0]
-        minimum = torch.finfo(hidden.dtype).min
 
         start_logits, end_logits = self.qa_outputs(hidden).unbind(dim=-1)
         outside = ~needed["span_mask"].bool()
-        start_logits = start_logits.masked_fill(outside, minimum)
-        end_logits = end_logits.masked_fill(outside, minimum)
+        start_logits = fill_lowest(start_logits, outside)
+        end_logits = fill_lowest(end_logits, outside)
         answer_type_logits = self.answer_type_head(hidden[:, 0])
 
         sentence_mask = needed["sentence_mask"].bool()
@@ -396,8 +401,8 @@ class LongformerWithQEContrastive(TokenTypeGrowthMixin, LongformerPreTrainedMode
         sentences = gather_positions(hidden, needed["sentence_index"])
         paragraphs = gather_positions(hidden, needed["paragraph_index"])
         question = hidden[torch.arange(batch, device=hidden.device), needed["question_index"]]
-        sentence_logits = self.sentence_head(sentences).squeeze(-1).masked_fill(~sentence_mask, minimum)
-        paragraph_logits = self.paragraph_head(paragraphs).squeeze(-1).masked_fill(~paragraph_mask, minimum)
+        sentence_logits = fill_lowest(self.sentence_head(sentences).squeeze(-1), ~sentence_mask)
+        paragraph_logits = fill_lowest(self.paragraph_head(paragraphs).squeeze(-1), ~paragraph_mask)
 
         weight = self.config.contrastive_weight
         type_similarity = sentence_similarity = raw_similarity = None
@@ -405,10 +410,10 @@ class LongformerWithQEContrastive(TokenTypeGrowthMixin, LongformerPreTrainedMode
             type_similarity = self.qe(question, sentences)
             selected = question_type if question_type is not None else self._predicted_question_type(answer_type_logits)
             selected = selected.clamp(min=0).view(batch, 1, 1).expand(-1, 1, type_similarity.shape[-1])
-            sentence_similarity = type_similarity.gather(1, selected).squeeze(1).masked_fill(~sentence_mask, minimum)
+            sentence_similarity = fill_lowest(type_similarity.gather(1, selected).squeeze(1), ~sentence_mask)
             if not self.training:
                 raw = nn.functional.cosine_similarity(sentences, question.unsqueeze(1), dim=-1, eps=1e-8)
-                raw_similarity = raw.masked_fill(~sentence_mask, minimum)
+                raw_similarity = fill_lowest(raw, ~sentence_mask)
 
         losses = {}
         if start_positions is not None and end_positions is not None:
