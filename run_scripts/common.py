@@ -111,11 +111,23 @@ def has_accelerator() -> bool:
 
 
 class CPUFriendlyArguments:
-    """TrainingArguments mixin: no pinned memory without an accelerator (torch warns, and it buys nothing)."""
+    """TrainingArguments mixin for machines without an accelerator: ``--bf16`` trains in bf16 autocast on the CPU
+    (transformers otherwise refuses it unless ``--use_cpu`` is also given; fast where the CPU has bf16 units: AMX,
+    ``avx512_bf16``); ``--fp16`` stops with one line saying it needs a CUDA GPU (its loss scaling is a GPU recipe) and
+    that ``--bf16`` is the CPU's half precision; no pinned memory (torch warns, and it buys nothing)."""
 
     def __post_init__(self):
+        accelerator = has_accelerator()
+        if not accelerator:
+            if getattr(self, "fp16", False) or getattr(self, "fp16_full_eval", False):
+                raise ValueError(
+                    "--fp16 needs a CUDA GPU and torch.cuda.is_available() is False on this machine: drop --fp16, or "
+                    "pass --bf16 for half precision on the CPU (bf16 autocast)"
+                )
+            if getattr(self, "bf16", False) or getattr(self, "bf16_full_eval", False):
+                self.use_cpu = True
         super().__post_init__()
-        if not has_accelerator():
+        if not accelerator:
             self.dataloader_pin_memory = False
 
 
