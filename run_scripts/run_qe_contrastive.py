@@ -8,7 +8,7 @@ answer type, supporting sentences and paragraphs, plus the question–evidence c
     # HotpotQA distractor with a Longformer checkpoint (the paper's setup: lr 1e-4, 5 epochs, 100 warmup steps)
     python -m as2hub.run_scripts.run_qe_contrastive --model_name_or_path allenai/longformer-base-4096 \\
         --dataset hotpot_train_v1.1.json --validation_file hotpot_dev_distractor_v1.json \\
-        --contrastive_weight 0.2 --qe_temperatures 0.2,0.2,0.2 --metric_for_best_model joint_f1 \\
+        --contrastive_weight 0.2 --qe_temperatures 0.2,0.4,0.6 --metric_for_best_model joint_f1 \\
         --learning_rate 1e-4 --num_train_epochs 5 --warmup_steps 100 --gradient_checkpointing \\
         --skip_invalid_examples --output_dir outputs/longformer-hotpotqa
 
@@ -111,7 +111,11 @@ class ModelArguments:
     )
     qe_projection_dim: int | None = field(default=None, metadata={"help": "d, d/2, d/4 or d/8 (default d)."})
     qe_temperatures: str | None = field(
-        default=None, metadata={"help": "τ per question type, comma-separated, or one value (default 0.2)."}
+        default=None,
+        metadata={
+            "help": "τ per question type, comma-separated, or one value for every type (default: 0.2, 0.4, 0.6, "
+            "... per type, the paper's grid in order; the paper tunes one τ per type)."
+        },
     )
     qe_shared_temperature: bool | None = field(default=None, metadata={"help": "Ablation: one τ for all types."})
     qe_learnable_temperature: bool | None = field(default=None, metadata={"help": "Train τ (log space)."})

@@ -142,7 +142,11 @@ def test_config_defaults_and_validation():
     config = LongformerQEConfig(hidden_size=64, num_attention_heads=2)
     assert config.question_types == config.answer_types == ["span", "yes", "no"]
     assert config.question_type_key == "answer_type" and config.qe_similarity == "projected_cosine"
-    assert (config.contrastive_weight, config.qe_temperatures, config.qe_dropout) == (0.2, [0.2, 0.2, 0.2], 0.1)
+    assert (config.contrastive_weight, config.qe_temperatures, config.qe_dropout) == (0.2, [0.2, 0.4, 0.6], 0.1)
+    assert LongformerQEConfig(hidden_size=64, num_attention_heads=2, question_types=["a", "b"]).qe_temperatures == [
+        0.2,
+        0.4,
+    ]
     assert config.qe_projection_dim == 64 and config.qe_wrong_type_negatives and not config.qe_single_projection
     for bad, message in (
         ({"qe_similarity": "l2"}, "qe_similarity must be one of"),
@@ -165,6 +169,19 @@ ABLATIONS = {
     "dot_product": {"qe_similarity": "dot", "qe_temperatures": [20.0, 30.0, 50.0]},
     "bilinear": {"qe_similarity": "bilinear"},
 }
+
+
+def test_default_temperatures_are_per_type_so_the_shared_ablation_changes_the_loss():
+    """Under the config's defaults, qe_shared_temperature (table 4's ablation) must change L_QE: the default τ_k differ."""
+    losses = {}
+    for shared in (False, True):
+        config = tiny_config(qe_temperatures=None, qe_shared_temperature=shared)  # the config's default τ
+        torch.manual_seed(0)
+        model = LongformerWithQEContrastive(config).eval()
+        assert model.qe.temperatures().tolist() == pytest.approx([0.2, 0.2, 0.2] if shared else [0.2, 0.4, 0.6])
+        losses[shared] = model(**hand_batch()).qe_loss.item()
+        assert losses[shared] == pytest.approx(hand_qe_loss(model, hand_batch()), rel=1e-4)
+    assert abs(losses[True] - losses[False]) > 1e-3, losses
 
 
 @pytest.mark.parametrize("ablation", sorted(ABLATIONS))
