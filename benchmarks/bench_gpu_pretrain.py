@@ -1,0 +1,404 @@
+"""GPU pre-training step time, tokens/s and MFU: as2hub's SSP models vs stock transformers, and whether on-the-fly
+example generation keeps up.
+
+For each pair, at each sequence length, on one CUDA GPU in bf16 autocast (``torch.autocast("cuda", torch.bfloat16)``,
+fp32 master weights, ``torch.optim.AdamW(fused=True)``), base size (12 layers x 768, 12 heads, 3,072; random init):
+
+(a) ``RobertaForSSPPretraining`` (MLM + DSLC sentence head, 3 segment ids, the MLM head on the masked rows only) vs
+    stock ``RobertaForMaskedLM`` (full-vocabulary head on every position), vocabulary 50,265;
+(b) ``ElectraForSSPPretraining`` (generator 1/3 wide + discriminator + sentence head) vs a stock
+    ``ElectraForMaskedLM`` + ``ElectraForPreTraining`` wired by hand (``bench_pretrain_overhead.StockElectra``),
+    vocabulary 30,522.
+
+Both systems of a pair get the same weights (the stock model a copy of as2hub's) and the same batch: DSLC examples of
+the embedded corpus (or ``--corpus``) collated by ``PretrainingCollator`` and padded to the sequence length, so every
+step has the same shape. ``--batch_size auto`` doubles the batch from 32 while both systems fit in memory and the
+as2hub system's tokens/s still rise by 5% (the batch that fills the GPU), then times that batch. Steps are timed with
+CUDA events, systems interleaved, median after warm-up; targets: as2hub / stock step time <= 1.0, MFU >= 40%.
+
+MFU = model FLOPs per second / the GPU's dense bf16 peak (datasheet: H100 SXM and H200 989 TFLOP/s); the JSON also
+gives the ratio to a measured 8192^3 bf16 matmul. Model FLOPs of a training step = 3 x forward FLOPs, forward =
+per layer 2·T·(4H² + 2HI) + 4·B·S²·H (T = B·S tokens, padding included: the GPU computes it), plus the MLM head
+2·M·(H² + HV) over the M positions it scores (stock: all T; as2hub: the masked ones), ELECTRA's generator layers and
+discriminator head likewise. Each system is credited with its own work, so as2hub's smaller head shows as a shorter
+step, not as a higher MFU.
+
+Data: examples/s the training loop needs (batch / as2hub step time) against examples/s a
+``torch.utils.data.DataLoader`` over ``StructurePretrainingIterableDataset`` + ``PretrainingCollator`` (what
+``run_pretrain.py`` streams, with exact-resume position tracking) produces with N workers.
+
+Usage on a CUDA machine (benchmarks/gpu/README.md)::
+
+    python benchmarks/bench_gpu_pretrain.py                                  # both pairs, 128 and 256 tokens
+    python benchmarks/bench_gpu_pretrain.py --device cpu --tiny --results /tmp/gpu_pretrain_smoke.json   # smoke
+
+Writes ``benchmarks/results/gpu_pretrain.json``.
+"""
+
+import argparse
+import itertools
+import logging
+import random
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_pretrain_overhead import build_electra, build_roberta, check_equivalence, loss_functions  # noqa: E402
+from bench_utils import RESULTS_DIR, format_table, machine_info, now_iso, require_device, write_json  # noqa: E402
+
+logger = logging.getLogger("bench_gpu_pretrain")
+PAIRS = {"roberta": ("roberta", 50265), "electra": ("bert", 30522)}  # tokenizer style, model vocabulary
+BASE = {"hidden_size": 768, "num_layers": 12, "num_heads": 12, "intermediate_size": 3072}
+TINY = {"hidden_size": 32, "num_layers": 2, "num_heads": 2, "intermediate_size": 64}
+# Dense bf16 tensor-core peaks from the vendors' datasheets (TFLOP/s, without sparsity).
+DATASHEET_BF16_TFLOPS = {"H200": 989.4, "H100 80GB HBM3": 989.4, "H100 NVL": 835.0, "H100 PCIe": 756.0, "A100": 312.0}
+TARGET_RATIO, TARGET_MFU = 1.0, 0.40
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--device", default="cuda", help="cuda (the benchmark) or cpu (a smoke run)")
+    parser.add_argument("--pairs", default="roberta,electra")
+    parser.add_argument("--seq_lengths", default="128,256")
+    parser.add_argument("--batch_size", default="auto", help="an integer, or auto: the batch that fills the GPU")
+    parser.add_argument("--max_batch_size", type=int, default=1024)
+    parser.add_argument("--steps", type=int, default=20, help="timed steps per system")
+    parser.add_argument("--warmup", type=int, default=5)
+    parser.add_argument("--workers", default="0,1,2,4,8", help="dataloader workers to measure example generation with")
+    parser.add_argument("--data_batches", type=int, default=30, help="batches per data-throughput measurement")
+    parser.add_argument("--corpus", default=None, help="corpus for the batches and the data test (default: pydoc)")
+    parser.add_argument("--tiny", action="store_true", help="tiny models and batches (smoke runs, tests)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--results", default=str(RESULTS_DIR / "gpu_pretrain.json"))
+    args = parser.parse_args(argv)
+    args.pairs = [p.strip() for p in args.pairs.split(",") if p.strip()]
+    if set(args.pairs) - set(PAIRS):
+        parser.error(f"--pairs: unknown {sorted(set(args.pairs) - set(PAIRS))}, use {sorted(PAIRS)}")
+    args.seq_lengths = [int(v) for v in args.seq_lengths.split(",")]
+    args.workers = [int(v) for v in args.workers.split(",")]
+    for key, value in (TINY if args.tiny else BASE).items():
+        setattr(args, key, value)
+    return args
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Batches, FLOPs, timing
+
+
+def documents(corpus):
+    from as2hub.data_collators import load_documents
+
+    loaded, _ = load_documents(corpus)
+    return [row["paragraphs"] for row in loaded]
+
+
+def tokenizer_for(style: str, docs, vocab_size: int):
+    from as2hub.data_collators import train_tokenizer
+
+    return train_tokenizer((" ".join(" ".join(p) for p in doc) for doc in docs), style=style, vocab_size=vocab_size)
+
+
+def dslc_examples(docs, count: int, seed: int) -> list[dict]:
+    """``count`` DSLC examples of the corpus (cycled when it has fewer)."""
+    from as2hub.data_collators import generate_examples
+
+    examples = []
+    for start in range(0, len(docs), 16):
+        examples += generate_examples("dslc", docs[start : start + 16], seed + start)
+    random.Random(seed).shuffle(examples)
+    return list(itertools.islice(itertools.cycle(examples), count))
+
+
+def fixed_batch(tokenizer, examples, seq_length: int, seed: int) -> dict:
+    from as2hub.data_collators import PretrainingCollator
+
+    collator = PretrainingCollator(
+        tokenizer, max_length=seq_length, num_token_types=3, pad_to_multiple_of=seq_length, seed=seed
+    )
+    return collator(examples)
+
+
+def encoder_flops(tokens: int, batch: int, seq: int, hidden: int, intermediate: int, layers: int) -> float:
+    per_layer = 2 * tokens * (4 * hidden * hidden + 2 * hidden * intermediate) + 4 * batch * seq * seq * hidden
+    return layers * per_layer
+
+
+def training_flops(pair: str, system: str, model, batch: dict) -> float:
+    """Model FLOPs of one training step (3 x forward), each system credited with the work it does."""
+    batch_size, seq = batch["input_ids"].shape
+    tokens = batch_size * seq
+    masked = int((batch["labels"] != -100).sum())
+    config = model.config if system != "stock" else model.discriminator.config if pair == "electra" else model.config
+    h, v = config.hidden_size, config.vocab_size
+    scored = tokens if system != "as2hub" else masked  # the stock heads score every position
+    flops = encoder_flops(tokens, batch_size, seq, h, config.intermediate_size, config.num_hidden_layers)
+    if pair == "roberta":
+        flops += 2 * scored * (h * h + h * v)
+    else:
+        generator = model.generator.config if system == "stock" else model.config.generator_config
+        g = generator.hidden_size
+        flops += encoder_flops(
+            tokens, batch_size, seq, g, generator.intermediate_size, generator.num_hidden_layers
+        )  # the generator runs on every token
+        flops += 2 * scored * (g * config.embedding_size + config.embedding_size * v)  # its MLM head
+        flops += 2 * tokens * (h * h + h)  # discriminator head on every token
+    return 3.0 * flops
+
+
+class Timer:
+    """Wall time of a step: CUDA events on the GPU, ``perf_counter`` on the CPU."""
+
+    def __init__(self, device: str):
+        self.device = device
+
+    def __call__(self, step) -> float:
+        if self.device == "cuda":
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            step()
+            end.record()
+            torch.cuda.synchronize()
+            return start.elapsed_time(end)
+        begin = time.perf_counter()
+        step()
+        return (time.perf_counter() - begin) * 1000
+
+
+def make_step(model, loss_fn, device: str):
+    fused = {"fused": True} if device == "cuda" else {}
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=0.01, **fused)
+
+    def step():
+        with torch.autocast(device, dtype=torch.bfloat16):
+            loss = loss_fn()
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+
+    return step
+
+
+def measured_matmul_tflops(device: str) -> float | None:
+    if device != "cuda":
+        return None
+    a, b = (torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+    for _ in range(3):
+        a @ b
+    timer = Timer("cuda")
+    times = [timer(lambda: a @ b) for _ in range(10)]
+    return 2 * 8192**3 / (statistics.median(times) / 1000) / 1e12
+
+
+def datasheet_peak(device: str) -> tuple[str | None, float | None]:
+    if device != "cuda":
+        return None, None
+    name = torch.cuda.get_device_name()
+    for key, value in DATASHEET_BF16_TFLOPS.items():
+        if key in name:
+            return name, value
+    return name, None
+
+
+# --------------------------------------------------------------------------------------------------------------------
+
+
+def build_pair(pair: str, tokenizer, args):
+    if pair == "roberta":
+        ours, stock = build_roberta(tokenizer, args)
+    else:
+        ours, stock, _ = build_electra(tokenizer, args)
+    return {"as2hub": ours, "stock": stock}
+
+
+def fits(models: dict, batch: dict, pair: str, device: str) -> bool:
+    """One bf16 training step of each system at this batch size without running out of memory."""
+    try:
+        losses = loss_functions(pair, models, batch)
+        for name, model in models.items():
+            make_step(model, losses[name], device)()
+        return True
+    except torch.cuda.OutOfMemoryError:
+        return False
+    finally:
+        for model in models.values():
+            model.zero_grad(set_to_none=True)
+        if device == "cuda":
+            torch.cuda.empty_cache()
+
+
+def choose_batch_size(pair, models, tokenizer, examples, seq, args) -> tuple[int, list[dict]]:
+    """The batch that fills the GPU: double from 32 while both systems fit and as2hub's tokens/s rise by >= 5%."""
+    if args.batch_size != "auto":
+        return int(args.batch_size), []
+    tried, best, size = [], None, 32 if not args.tiny else 4
+    while size <= args.max_batch_size:
+        batch = {k: v.to(args.device) for k, v in fixed_batch(tokenizer, examples[:size], seq, args.seed).items()}
+        if not fits(models, batch, pair, args.device):
+            tried.append({"batch_size": size, "fits": False})
+            break
+        step = make_step(models["as2hub"], loss_functions(pair, models, batch)["as2hub"], args.device)
+        timer = Timer(args.device)
+        for _ in range(2):
+            step()
+        tokens_per_s = size * seq / (statistics.median(timer(step) for _ in range(3)) / 1000)
+        tried.append({"batch_size": size, "fits": True, "as2hub_tokens_per_s": tokens_per_s})
+        if best is not None and tokens_per_s < 1.05 * best[1]:
+            break
+        best = (size, tokens_per_s)
+        size *= 2
+    return (best[0] if best else 32), tried
+
+
+def run_length(pair: str, seq: int, models: dict, initial: dict, tokenizer, examples, args, peak) -> dict:
+    batch_size, tried = choose_batch_size(pair, models, tokenizer, examples, seq, args)
+    batch = {k: v.to(args.device) for k, v in fixed_batch(tokenizer, examples[:batch_size], seq, args.seed).items()}
+    for name, model in models.items():  # the search trained them: back to the shared initial weights
+        model.load_state_dict(initial[name])
+    check = check_equivalence(pair, models, batch, args.seed)
+    losses = loss_functions(pair, models, batch)
+    steps = {name: make_step(model, losses[name], args.device) for name, model in models.items()}
+    timer = Timer(args.device)
+    times = {name: [] for name in steps}
+    for index in range(args.warmup + args.steps):
+        order = list(steps) if index % 2 == 0 else list(reversed(steps))
+        for name in order:
+            elapsed = timer(steps[name])
+            if index >= args.warmup:
+                times[name].append(elapsed)
+    tokens = batch_size * seq
+    real_tokens = int(batch["attention_mask"].sum())
+    systems = {}
+    for name, model in models.items():
+        ms = statistics.median(times[name])
+        flops = training_flops(pair, name, model, batch)
+        achieved = flops / (ms / 1000) / 1e12
+        systems[name] = {
+            "median_ms": ms,
+            "p25_ms": statistics.quantiles(times[name], n=4)[0] if len(times[name]) > 1 else ms,
+            "p75_ms": statistics.quantiles(times[name], n=4)[2] if len(times[name]) > 1 else ms,
+            "tokens_per_s": tokens / (ms / 1000),
+            "non_padding_tokens_per_s": real_tokens / (ms / 1000),
+            "examples_per_s": batch_size / (ms / 1000),
+            "model_tflop_per_step": flops / 1e12,
+            "achieved_tflops": achieved,
+            "mfu": achieved / peak if peak else None,
+            "peak_memory_gb": None,
+        }
+    if args.device == "cuda":
+        for name, step in steps.items():
+            torch.cuda.reset_peak_memory_stats()
+            step()
+            torch.cuda.synchronize()
+            systems[name]["peak_memory_gb"] = torch.cuda.max_memory_allocated() / 2**30
+    ratio = systems["as2hub"]["median_ms"] / systems["stock"]["median_ms"]
+    return {
+        "seq_length": seq,
+        "batch_size": batch_size,
+        "batch_size_search": tried,
+        "padding_fraction": 1 - real_tokens / tokens,
+        "masked_tokens": int((batch["labels"] != -100).sum()),
+        "equivalence_check_eval_mode": check,
+        "systems": systems,
+        "ratio_as2hub_over_stock": ratio,
+        "within_target_ratio": ratio <= TARGET_RATIO,
+        "within_target_mfu": (systems["as2hub"]["mfu"] or 0) >= TARGET_MFU if peak else None,
+    }
+
+
+def data_throughput(style: str, tokenizer, docs, seq: int, needed_per_s: float, args) -> dict:
+    """Examples/s produced by run_pretrain's streaming pipeline with N dataloader workers, vs the training loop's need."""
+    from as2hub.data_collators import PretrainingCollator, StructurePretrainingIterableDataset
+    from as2hub.run_scripts.stream_resume import PositionTrackingCollator
+
+    batch_size = 32 if not args.tiny else 4
+    out = {"needed_examples_per_s": needed_per_s, "batch_size": batch_size, "workers": {}}
+    for workers in args.workers:
+        dataset = StructurePretrainingIterableDataset(
+            docs, "dslc", seed=args.seed, keep_provenance=False, track_positions=True, rank=0, world_size=1
+        )
+        collator = PositionTrackingCollator(
+            PretrainingCollator(tokenizer, max_length=seq, num_token_types=3), seed=args.seed
+        )
+        loader = torch.utils.data.DataLoader(dataset, batch_size=batch_size, collate_fn=collator, num_workers=workers)
+        iterator = iter(loader)
+        for _ in range(min(3, args.data_batches)):  # worker start-up and first documents
+            next(iterator)
+        begin, produced = time.perf_counter(), 0
+        for batch in itertools.islice(iterator, args.data_batches):
+            produced += batch["input_ids"].shape[0]
+        rate = produced / (time.perf_counter() - begin)
+        out["workers"][workers] = {"examples_per_s": rate, "keeps_up": rate >= needed_per_s}
+        del iterator, loader
+    enough = [w for w, r in out["workers"].items() if r["keeps_up"]]
+    out["fewest_workers_that_keep_up"] = min(enough) if enough else None
+    return out
+
+
+def main(argv=None) -> dict:
+    args = parse_args(argv)
+    logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
+    require_device(args.device, "bench_gpu_pretrain.py")
+    torch.manual_seed(args.seed)
+    docs = documents(args.corpus)
+    gpu_name, peak = datasheet_peak(args.device)
+    report = {
+        "benchmark": "gpu_pretrain",
+        "date": now_iso(),
+        "machine": machine_info(),
+        "device": args.device,
+        "gpu": gpu_name,
+        "dtype": "bf16 autocast, fp32 master weights, fused AdamW",
+        "datasheet_bf16_tflops": peak,
+        "measured_bf16_matmul_tflops": measured_matmul_tflops(args.device),
+        "settings": {k: v for k, v in vars(args).items() if k != "results"},
+        "corpus_documents": len(docs),
+        "targets": {"ratio_as2hub_over_stock": TARGET_RATIO, "mfu": TARGET_MFU},
+        "pairs": {},
+    }
+    for pair in args.pairs:
+        style, vocab = PAIRS[pair]
+        args.model_vocab_size = vocab if not args.tiny else None
+        args.vocab_size = 8000 if not args.tiny else 600
+        tokenizer = tokenizer_for(style, docs, args.vocab_size)
+        models = {name: model.to(args.device) for name, model in build_pair(pair, tokenizer, args).items()}
+        initial = {name: {k: v.clone() for k, v in model.state_dict().items()} for name, model in models.items()}
+        examples = dslc_examples(docs, args.max_batch_size, args.seed)
+        record = {"parameters": {n: sum(p.numel() for p in m.parameters()) for n, m in models.items()}, "lengths": {}}
+        for seq in args.seq_lengths:
+            result = run_length(pair, seq, models, initial, tokenizer, examples, args, peak)
+            result["data"] = data_throughput(
+                style, tokenizer, docs, seq, result["systems"]["as2hub"]["examples_per_s"], args
+            )
+            record["lengths"][seq] = result
+            report["pairs"][pair] = record
+            write_json(args.results, report)
+        del models, initial
+        if args.device == "cuda":
+            torch.cuda.empty_cache()
+    report["date_finished"] = now_iso()
+    write_json(args.results, report)
+
+    rows = []
+    for pair, record in report["pairs"].items():
+        for seq, result in record["lengths"].items():
+            for name, system in result["systems"].items():
+                rows.append([
+                    pair, seq, result["batch_size"], name, f"{system['median_ms']:.1f}",
+                    f"{system['tokens_per_s']:,.0f}", f"{system['achieved_tflops']:.1f}",
+                    f"{system['mfu']:.1%}" if system["mfu"] is not None else "-",
+                    f"{result['ratio_as2hub_over_stock']:.3f}" if name == "as2hub" else "",
+                    f"{result['data']['fewest_workers_that_keep_up']}" if name == "as2hub" else "",
+                ])  # fmt: skip
+    print(f"\n{gpu_name or args.device}: bf16 training steps, median of {args.steps} after {args.warmup} warm-up")
+    print(format_table(["pair", "seq", "batch", "system", "ms/step", "tokens/s", "TFLOP/s", "MFU", "ratio",
+                        "workers to keep up"], rows))  # fmt: skip
+    print(f"wrote {args.results}")
+    return report
+
+
+if __name__ == "__main__":
+    sys.exit(main() and 0)
