@@ -61,7 +61,7 @@ def parse_args(argv=None):
 
 def build_models(path: str, k: int, slot_length: int):
     from as2hub.modeling import BertForContextualAS2, JointMultiCandidateModel
-    from as2hub.run_scripts.common import transformers_quiet
+    from as2hub.run_scripts.arguments import transformers_quiet
 
     with transformers_quiet():
         joint = JointMultiCandidateModel.from_pretrained(path, num_candidates=k, slot_length=slot_length, head="AE_k")

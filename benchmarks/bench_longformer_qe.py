@@ -118,8 +118,8 @@ def converted_model(args, **config):
     from transformers import AutoTokenizer
 
     from as2hub.data_collators import add_marker_tokens
+    from as2hub.data_collators.qe_tasks import default_question_types
     from as2hub.modeling import LongformerWithQEContrastive
-    from as2hub.run_scripts.qe_datasets import default_question_types
 
     types, key = default_question_types("wikiqa_distractor")
     tokenizer = AutoTokenizer.from_pretrained(args.model)

@@ -1,5 +1,7 @@
 """Data for as2hub: AS2 readers and collators, and the corpus -> structure objectives -> MLM pipeline of pre-training."""
 
+from as2hub.modeling.segment_layout import SegmentLayout, longest_first_lengths, pad_batch
+
 from .as2_collator import ContextualAS2Collator, tokenize_as2
 from .as2_data import AS2_COLUMNS, AS2_FEATURES, AS2Data, AS2DataError, load_as2_data, question_id_for, read_wikiqa
 from .corpus import (
@@ -28,7 +30,6 @@ from .joint_collator import JointCollator
 from .joint_data import GROUPINGS, ScoreColumn, group_candidates
 from .pretraining_collator import PretrainingCollator, default_max_length, tokenize_pretraining
 from .pretraining_data import StructurePretrainingIterableDataset, example_features, generate_pretraining_dataset
-from .segment_layout import SegmentLayout, longest_first_lengths, pad_batch
 from .sentence_splitter import get_sentence_tokenizer, install_punkt_tab, split_sentences
 from .structure_objectives import (
     IGNORE_LABEL,
@@ -36,15 +37,19 @@ from .structure_objectives import (
     OBJECTIVES,
     PAIR_OBJECTIVES,
     TRIPLET_OBJECTIVES,
+    Objective,
     derive_seed,
     generate_examples,
     get_objective,
     is_joint_objective,
     is_triplet_objective,
+    resolve_objective,
 )
 from .tokenizer_training import train_tokenizer
 
 __all__ = [
+    "Objective",
+    "resolve_objective",
     "AS2Data",
     "AS2DataError",
     "AS2_COLUMNS",

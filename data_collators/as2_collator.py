@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from .segment_layout import SegmentLayout, pad_batch
+from as2hub.modeling.segment_layout import SegmentLayout, pad_batch
 
 TEXT_COLUMNS = ("question", "candidate", "context")
 TOKEN_COLUMNS = ("question_tokens", "candidate_tokens", "context_tokens")

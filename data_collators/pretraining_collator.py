@@ -22,31 +22,28 @@ import numpy as np
 import torch
 from transformers import DataCollatorForLanguageModeling
 
-from .segment_layout import SegmentLayout, longest_first_lengths, pad_batch
+from as2hub.modeling.segment_layout import SegmentLayout, longest_first_lengths, pad_batch
+
+from .structure_objectives import resolve_objective
 
 TEXT_COLUMNS = ("text_a", "text_b", "text_c")
 TOKEN_COLUMNS = ("tokens_a", "tokens_b", "tokens_c")
 OFFSET_COLUMNS = ("offsets_a", "offsets_b", "offsets_c")
 SENTENCE_LABEL_NAME = "sentence_labels"
 
-# Truncation lengths of the papers: 128 tokens for SSP and for the triplet objectives, 256 for SP and PSD.
-DEFAULT_MAX_LENGTHS = {"ssp": 128, "sp": 256, "psd": 256, "sdc": 128, "dpc": 128, "dslc": 128, "triplet": 128}
 
-
-def default_max_length(objective: str) -> int:
+def default_max_length(objective) -> int:
     """Default ``max_length`` of a pre-training objective (``ssp``, ``sp``, ``psd``, ``sdc``, ``dpc``, ``dslc``, the
-    mixes ``all`` and ``all_pairs``, and their ``mlm_`` ablations).
+    mixes ``all`` and ``all_pairs``, and their ``mlm_`` ablations): the papers' 128 tokens, 256 for SP and PSD
+    (``Objective.default_max_length``).
 
     >>> default_max_length("SP"), default_max_length("ssp"), default_max_length("dpc"), default_max_length("all_pairs")
     (256, 128, 128, 128)
     """
-    name = objective.lower().removeprefix("mlm_")
-    # The mixes run "with the same setting as SSP" (Di Liello et al., 2022, section 5): 128 tokens.
-    name = {"mlm": "triplet", "all": "triplet", "all_pairs": "ssp"}.get(name, name)
-    try:
-        return DEFAULT_MAX_LENGTHS[name]
-    except KeyError:
-        raise ValueError(f"unknown objective {objective!r}: use one of {sorted(DEFAULT_MAX_LENGTHS)}") from None
+    resolved = resolve_objective(objective)
+    if resolved.default_max_length is None:
+        raise ValueError(f"objective {resolved.name!r} has no sentence-pair length: its slot layout sets the length")
+    return resolved.default_max_length
 
 
 def tokenize_pretraining(dataset, tokenizer, with_offsets: bool = False, num_proc: int | None = None):

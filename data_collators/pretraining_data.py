@@ -35,11 +35,10 @@ import torch
 
 from .structure_objectives import (
     Document,
+    Objective,
     derive_seed,
     generate_examples,
-    get_objective,
-    is_joint_objective,
-    is_triplet_objective,
+    resolve_objective,
 )
 
 logger = logging.getLogger(__name__)
@@ -57,11 +56,12 @@ _TEXT_COLUMNS = ("text_a", "text_b", "text_c")
 _PROVENANCE_COLUMNS = ("objective", "kind", "batch", "group")
 
 
-def example_features(objective: str, keep_provenance: bool = True) -> datasets.Features:
+def example_features(objective: str | Objective, keep_provenance: bool = True) -> datasets.Features:
     """The ``datasets`` schema of the examples of ``objective``."""
-    if is_joint_objective(objective):
+    objective = resolve_objective(objective)
+    if objective.joint:
         return _joint_features(objective, keep_provenance)
-    triplet = is_triplet_objective(objective)
+    triplet = objective.triplet
     features: dict[str, Any] = {
         "text_a": datasets.Value("string"),
         "text_b": datasets.Value("string"),
@@ -69,7 +69,7 @@ def example_features(objective: str, keep_provenance: bool = True) -> datasets.F
     if triplet:
         features["text_c"] = datasets.Value("string")
     features["label"] = datasets.Value("int64")
-    if objective.lower().startswith("mlm"):
+    if objective.mlm_only:
         features["structure_label"] = datasets.Value("int64")
     if keep_provenance:
         features["objective"] = datasets.Value("string")
@@ -83,7 +83,7 @@ def example_features(objective: str, keep_provenance: bool = True) -> datasets.F
     return datasets.Features(features)
 
 
-def _joint_features(objective: str, keep_provenance: bool) -> datasets.Features:
+def _joint_features(objective: Objective, keep_provenance: bool) -> datasets.Features:
     """Schema of the grouped MSPP examples: an anchor sentence, its candidates and one label per candidate."""
     integers = datasets.Sequence(datasets.Value("int64"))
     features: dict[str, Any] = {
@@ -91,7 +91,7 @@ def _joint_features(objective: str, keep_provenance: bool) -> datasets.Features:
         "candidates": datasets.Sequence(datasets.Value("string")),
         "labels": integers,
     }
-    if objective.lower().startswith("mlm"):
+    if objective.mlm_only:
         features["structure_labels"] = integers
     if keep_provenance:
         features.update(
@@ -129,10 +129,6 @@ def generate_pretraining_batch(
     for example in examples:
         example["batch"] = batch_index
     return examples
-
-
-def _to_columns(examples: list[dict[str, Any]], features: datasets.Features) -> dict[str, list]:
-    return {name: [example[name] for example in examples] for name in features}
 
 
 def _map_document_batch(
@@ -289,7 +285,7 @@ def generate_pretraining_dataset(
 
     Returns the examples as a :class:`datasets.Dataset` (columns: :func:`example_features`).
     """
-    get_objective(objective)  # validate early
+    objective = resolve_objective(objective).name  # resolved once; its canonical name travels to the workers
     if documents_per_batch < 1:
         raise ValueError("documents_per_batch must be >= 1")
     if output_format not in ("arrow", "parquet"):
@@ -444,7 +440,7 @@ class StructurePretrainingIterableDataset(torch.utils.data.IterableDataset):
         track_positions: bool = False,
     ) -> None:
         super().__init__()
-        get_objective(objective)  # validate early
+        objective = resolve_objective(objective).name  # resolved once; its canonical name travels to the workers
         if documents_per_batch < 1:
             raise ValueError("documents_per_batch must be >= 1")
         if (rank is None) != (world_size is None):

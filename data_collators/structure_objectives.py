@@ -49,6 +49,7 @@ import hashlib
 import random
 from collections import Counter
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 __all__ = [
@@ -64,6 +65,9 @@ __all__ = [
     "generate_examples",
     "get_objective",
     "is_joint_objective",
+    "Objective",
+    "resolve_objective",
+    "DEFAULT_MAX_LENGTHS",
     "is_triplet_objective",
     "mspp",
     "psd",
@@ -663,37 +667,79 @@ def _mspp(
     return out
 
 
-def _resolve(objective: str) -> tuple[tuple[_Spec, ...], bool, str]:
-    """``(variants, mlm, base_name)`` for an objective name."""
+# Default input length per objective (tokens): the papers' settings. SP and PSD read whole paragraphs (2022, A.1:
+# 256); the others pair sentences (128); the mixes run "with the same setting as SSP" (2022, section 5).
+DEFAULT_MAX_LENGTHS = {"ssp": 128, "sp": 256, "psd": 256, "sdc": 128, "dpc": 128, "dslc": 128, "all": 128}
+DEFAULT_MAX_LENGTHS["all_pairs"] = DEFAULT_MAX_LENGTHS["ssp"]
+
+
+@dataclass(frozen=True)
+class Objective:
+    """A pre-training objective resolved once from its name: everything the data, the collator, the model builder
+    and the run script ask of it.
+
+        >>> objective = resolve_objective("MLM_DSLC")
+        >>> objective.name, objective.base, objective.mlm_only, objective.triplet, objective.joint
+        ('mlm_dslc', 'dslc', True, True, False)
+        >>> resolve_objective("mspp").joint, resolve_objective("sp").default_max_length
+        (True, 256)
+    """
+
+    name: str  # canonical (lower case): one of OBJECTIVES
+    base: str  # without the ``mlm_`` prefix (``mlm`` is ``mlm_all``)
+    mlm_only: bool  # the MLM ablation: the same examples, the structure labels kept aside and not trained
+    variants: tuple  # the sentence-level specs it samples from (empty for MSPP)
+
+    @property
+    def joint(self) -> bool:
+        """Grouped examples for the joint multi-candidate models (MSPP)."""
+        return self.base in JOINT_OBJECTIVES
+
+    @property
+    def triplet(self) -> bool:
+        """Examples with ``text_c`` (SDC, DPC, DSLC, ``all``): three segments."""
+        return bool(self.variants) and self.variants[0].triplet
+
+    @property
+    def default_max_length(self) -> int | None:
+        """The papers' input length for this objective (None for MSPP, whose length is the slot layout's)."""
+        return DEFAULT_MAX_LENGTHS.get(self.base)
+
+
+def resolve_objective(objective: str | Objective) -> Objective:
+    """The :class:`Objective` named ``objective`` (case-insensitive; an ``Objective`` is returned as is).
+    ``ValueError`` naming the valid objectives otherwise."""
+    if isinstance(objective, Objective):
+        return objective
     name = objective.lower().strip() if isinstance(objective, str) else objective
-    mlm = False
+    base, mlm = name, False
     if name == "mlm":
-        name, mlm = "all", True
+        base, mlm = "all", True
     elif isinstance(name, str) and name.startswith("mlm_"):
-        name, mlm = name[4:], True
-    if name in _SPECS:
-        return (_SPECS[name],), mlm, name
-    if name in JOINT_OBJECTIVES:
-        return (), mlm, name
-    if name in _MIXTURES:
-        return tuple(_SPECS[v] for v in _MIXTURES[name]), mlm, name
-    raise ValueError(f"unknown objective {objective!r}; valid objectives: {', '.join(OBJECTIVES)}")
+        base, mlm = name[4:], True
+    if base in _SPECS:
+        variants = (_SPECS[base],)
+    elif base in JOINT_OBJECTIVES:
+        variants = ()
+    elif base in _MIXTURES:
+        variants = tuple(_SPECS[v] for v in _MIXTURES[base])
+    else:
+        raise ValueError(f"unknown objective {objective!r}; valid objectives: {', '.join(OBJECTIVES)}")
+    return Objective(name=name, base=base, mlm_only=mlm, variants=variants)
 
 
-def is_triplet_objective(objective: str) -> bool:
+def is_triplet_objective(objective: str | Objective) -> bool:
     """Whether ``objective`` produces ``text_c`` (SDC, DPC, DSLC, ``all`` and their ``mlm_`` ablations)."""
-    variants, _, _ = _resolve(objective)
-    return bool(variants) and variants[0].triplet
+    return resolve_objective(objective).triplet
 
 
-def is_joint_objective(objective: str) -> bool:
+def is_joint_objective(objective: str | Objective) -> bool:
     """Whether ``objective`` produces grouped examples for the joint models (``mspp`` and ``mlm_mspp``)."""
-    _, _, base = _resolve(objective)
-    return base in JOINT_OBJECTIVES
+    return resolve_objective(objective).joint
 
 
 def generate_examples(
-    objective: str,
+    objective: str | Objective,
     documents: Sequence[Document],
     rng: random.Random | int,
     *,
@@ -722,7 +768,8 @@ def generate_examples(
 
     Returns a list of example dicts, each positive followed by its negatives.
     """
-    variants, mlm, base = _resolve(objective)
+    resolved = resolve_objective(objective)
+    variants, mlm, base = resolved.variants, resolved.mlm_only, resolved.base
     if num_negatives < 0 or max_hard_negatives < 0:
         raise ValueError("num_negatives and max_hard_negatives must be >= 0")
     if not isinstance(rng, random.Random):
@@ -757,14 +804,14 @@ def generate_examples(
     return examples
 
 
-def get_objective(objective: str) -> Callable[..., list[Example]]:
+def get_objective(objective: str | Objective) -> Callable[..., list[Example]]:
     """``generate_examples`` bound to ``objective`` (validated now): ``fn(documents, rng, **kwargs)``."""
-    _resolve(objective)
+    objective = resolve_objective(objective)
 
     def objective_fn(documents: Sequence[Document], rng: random.Random | int, **kwargs: Any) -> list[Example]:
         return generate_examples(objective, documents, rng, **kwargs)
 
-    objective_fn.__name__ = objective
+    objective_fn.__name__ = objective.name
     return objective_fn
 
 

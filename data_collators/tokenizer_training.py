@@ -11,10 +11,15 @@ Example:
     True
 """
 
+import logging
 from collections.abc import Iterable
 
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 from transformers import PreTrainedTokenizerFast
+
+from .corpus import iter_documents
+
+logger = logging.getLogger(__name__)
 
 ROBERTA_SPECIALS = {
     "cls_token": "<s>",
@@ -72,3 +77,15 @@ def train_tokenizer(texts: Iterable[str], style: str = "roberta", vocab_size: in
     # Passed to the constructor (not set afterwards) so that it is saved: a reloaded BERT-style tokenizer returns
     # token_type_ids as BERT's own does, and pipelines pass them on.
     return PreTrainedTokenizerFast(tokenizer_object=backend, model_input_names=input_names, **specials, **extra)
+
+
+def embedded_tokenizer(style: str = "roberta", vocab_size: int = 8000):
+    """A tokenizer trained on the embedded corpus (a few seconds)."""
+    return train_corpus_tokenizer(iter_documents(), style, vocab_size)
+
+
+def train_corpus_tokenizer(documents, style: str = "roberta", vocab_size: int = 8000):
+    """A tokenizer trained on documents (rows with ``paragraphs``: lists of sentences)."""
+    texts = (" ".join(" ".join(paragraph) for paragraph in doc["paragraphs"]) for doc in documents)
+    logger.info("training a %s tokenizer (vocab %d) on the corpus", style, vocab_size)
+    return train_tokenizer(texts, style=style, vocab_size=vocab_size)

@@ -5,7 +5,7 @@ model's settings (slot layout, head, λ, τ, question types) from the run record
 
 from pathlib import Path
 
-from . import CardContext, DatasetRef, Family, Metric, register_family
+from .cards import CardContext, DatasetRef, Family, Metric, register_family
 
 WIKIQA_HUB_ID = "microsoft/wiki_qa"
 EMBEDDED_AS2 = DatasetRef(

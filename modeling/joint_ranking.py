@@ -7,7 +7,8 @@ pairwise model scores every candidate, and the joint model re-ranks its top k in
 
 Example:
     >>> from as2hub.modeling.joint_ranking import JointRanker
-    >>> from as2hub.modeling.ranking import Ranker
+    >>> from as2hub.modeling.scores import probability_of_correct
+from as2hub.modeling.ranking import Ranker
     >>> joint = JointRanker.from_pretrained("path/to/joint", pairwise=Ranker.from_pretrained("path/to/pairwise"))  # doctest: +SKIP
     >>> joint.rank("who wrote hamlet?", candidates)  # doctest: +SKIP
     [JointRankedCandidate(index=3, score=0.94, text='...', stage='joint'), ..., JointRankedCandidate(..., stage='pairwise')]
@@ -20,6 +21,7 @@ from transformers import AutoModel, AutoTokenizer
 
 from as2hub.modeling.joint_multicandidate.joint_layout import SlotLayout, group
 from as2hub.modeling.ranking import RankedCandidate, Ranker, load_scoring_model
+from as2hub.modeling.scores import probability_of_correct
 
 
 @dataclass(frozen=True)
@@ -96,7 +98,7 @@ class JointRanker:
         for start in range(0, len(rows), self.batch_size):
             batch = self.layout.batch(rows[start : start + self.batch_size])
             logits = self.model(**{key: value.to(device) for key, value in batch.items()}).logits.float()
-            scores.extend(torch.sigmoid(logits).reshape(-1).tolist())
+            scores.extend(probability_of_correct(logits, self.model.config).reshape(-1).tolist())
         return scores[: len(candidates)]
 
     def rank(

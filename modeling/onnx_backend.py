@@ -54,8 +54,9 @@ from pathlib import Path
 import torch
 from transformers import AutoConfig, AutoModel, AutoModelForSequenceClassification, AutoTokenizer
 
-from as2hub.data_collators.segment_layout import SegmentLayout, pad_batch
-from as2hub.run_scripts.outputs import write_json_atomic
+from as2hub.modeling.files import write_json_atomic
+from as2hub.modeling.scores import JOINT_MODEL_TYPES, probability_of_correct
+from as2hub.modeling.segment_layout import SegmentLayout, pad_batch
 
 logger = logging.getLogger("as2hub.onnx")
 
@@ -67,7 +68,6 @@ DEFAULT_OPSET = 17
 EXPORT_ATOL = 1e-4  # the ONNX fp32 graph must give the torch scores (probabilities) within this (issue #13)
 INSTALL_HINT = 'pip install "as2hub[onnx]"  (onnxruntime and onnx)'
 AS2HUB_MODEL_TYPES = ("contextual_roberta", "contextual_electra", "contextual_bert")
-JOINT_MODEL_TYPES = ("joint_roberta", "joint_electra", "joint_bert")
 WEIGHTS_KEY = "as2hub.weights_sha256"
 CONFIG_KEY = "as2hub.config"
 
@@ -291,20 +291,9 @@ def _set_metadata(path: Path, metadata: dict[str, str]) -> None:
     onnx.save(graph, str(path))
 
 
-def scores_from_logits(logits, config) -> torch.Tensor:
-    """The probability of "correct", as ``ContextualAS2Mixin.logits_to_scores``: sigmoid of one logit, else softmax.
-    Joint models: per-candidate sigmoids for ``*_k`` heads (``(batch, k)``), label probabilities for ``*_1`` heads."""
-    logits = torch.as_tensor(logits).float()
-    if getattr(config, "model_type", None) in JOINT_MODEL_TYPES:
-        return torch.sigmoid(logits) if config.candidate_head else logits.softmax(-1)
-    if logits.shape[-1] == 1:
-        return torch.sigmoid(logits.view(-1))
-    return logits.softmax(-1)[:, config.label2id.get("correct", logits.shape[-1] - 1)]
-
-
 def _max_score_diff(got: list, expected: list, config) -> float:
     return max(
-        float((scores_from_logits(g, config) - scores_from_logits(w, config)).abs().max())
+        float((probability_of_correct(g, config) - probability_of_correct(w, config)).abs().max())
         for g, w in zip(got, expected)
     )
 
@@ -523,7 +512,7 @@ class OnnxRankerModel:
 
     def logits_to_scores(self, logits: torch.Tensor) -> torch.Tensor:
         """The probability of "correct", as ``ContextualAS2Mixin.logits_to_scores``."""
-        return scores_from_logits(logits, self.config)
+        return probability_of_correct(logits, self.config)
 
 
 def check_not_stale(graph: Path, folder: Path, config, metadata: dict, quantize: str | None = None) -> None:

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import torch
 from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
-from as2hub.data_collators.segment_layout import SegmentLayout, pad_batch
+from as2hub.modeling.segment_layout import SegmentLayout, pad_batch
 
 
 @dataclass(frozen=True)

@@ -17,11 +17,11 @@ import argparse
 import logging
 from pathlib import Path
 
+from as2hub.data_collators.as2_splits import embedded_as2_split
 from as2hub.metrics import bm25_scores, compute_as2_metrics, expected_random_metrics
+from as2hub.modeling.files import write_json_atomic
 from as2hub.modeling.ranking import Ranker
 from as2hub.run_scripts import run_as2, run_pretrain
-from as2hub.run_scripts.as2_datasets import embedded_as2_split
-from as2hub.run_scripts.outputs import write_json_atomic
 
 logger = logging.getLogger("as2hub.demo")
 

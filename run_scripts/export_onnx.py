@@ -18,7 +18,7 @@ import logging
 import sys
 
 from as2hub.modeling.onnx_backend import DEFAULT_OPSET, QUANTIZE_CHOICES, check_ranker_folder, export_onnx
-from as2hub.run_scripts.common import run_cli, setup_logging
+from as2hub.run_scripts.arguments import run_cli, setup_logging
 
 logger = logging.getLogger("as2hub.export_onnx")
 

@@ -19,8 +19,9 @@ import argparse
 import logging
 import sys
 
-from as2hub.run_scripts.common import run_cli
-from as2hub.run_scripts.publishing import PublishError, push_run_folder
+from as2hub.hub_cards.push import push_run_folder
+from as2hub.hub_cards.run_record import PublishError
+from as2hub.run_scripts.arguments import run_cli
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -18,7 +18,6 @@ a finished run; ``--hub_push_adapter`` publishes a LoRA adapter instead of the m
 """
 
 import logging
-import math
 import sys
 from dataclasses import dataclass, field
 
@@ -28,36 +27,38 @@ from transformers import (
     EarlyStoppingCallback,
     HfArgumentParser,
     Trainer,
-    TrainingArguments,
     set_seed,
 )
 
 from as2hub.data_collators import ContextualAS2Collator, tokenize_as2
+from as2hub.data_collators.as2_splits import load_splits
+from as2hub.data_collators.tokenizer_training import embedded_tokenizer
+from as2hub.hub_cards.push import HubArguments, HubPush
+from as2hub.hub_cards.run_outputs import save_hub_folder, write_ranked_predictions
 from as2hub.metrics import make_compute_metrics
 from as2hub.modeling import CONTEXTUAL_MODELS, ContextualRobertaConfig, RobertaForContextualAS2, backbone_of
-from as2hub.run_scripts.as2_datasets import load_splits
-from as2hub.run_scripts.common import (
+from as2hub.modeling.files import write_json_atomic
+from as2hub.modeling.loading import load_checkpoint
+from as2hub.run_scripts.arguments import (
+    DEFAULT_MAX_LENGTH,
+    TINY_ROBERTA,
     ArgumentError,
-    CPUFriendlyArguments,
-    OverwriteArguments,
+    AS2TrainingArguments,
+    LoraArguments,
     check_max_length,
     check_output_dir,
-    load_checkpoint,
     parse_arguments,
     remove_stale_checkpoints,
     run_cli,
     setup_logging,
     without_evaluation,
 )
-from as2hub.run_scripts.outputs import save_hub_folder, write_json_atomic, write_ranked_predictions
-from as2hub.run_scripts.publishing import HubArguments, HubPush
-from as2hub.run_scripts.tiny_defaults import TINY_ROBERTA, embedded_tokenizer
 
 logger = logging.getLogger("as2hub.run_as2")
 
 
 @dataclass
-class ModelArguments:
+class ModelArguments(LoraArguments):
     model_name_or_path: str | None = field(
         default=None, metadata={"help": "Checkpoint (Hub id or folder) of a RoBERTa, ELECTRA or BERT-family model."}
     )
@@ -82,11 +83,6 @@ class ModelArguments:
             "(draw the whole table anew)."
         },
     )
-    use_lora: bool = field(default=False, metadata={"help": "Fine-tune LoRA adapters (PEFT) instead of all weights."})
-    lora_r: int = 8
-    lora_alpha: int = 16
-    lora_dropout: float = 0.1
-    lora_target_modules: str = field(default="query,value", metadata={"help": "Comma-separated module names."})
 
 
 @dataclass
@@ -131,51 +127,6 @@ class ExportArguments:
             if self.onnx_quantize not in (None, *QUANTIZE_CHOICES):
                 raise ValueError(f"--onnx_quantize must be one of {QUANTIZE_CHOICES}, got {self.onnx_quantize!r}")
             require_onnx(quantize=True)
-
-
-DEFAULT_MAX_LENGTH = 256
-PAPER_WARMUP_STEPS = 1000
-SHORT_RUN_WARMUP_RATIO = 0.1
-
-
-@dataclass
-class AS2TrainingArguments(CPUFriendlyArguments, OverwriteArguments, TrainingArguments):
-    """TrainingArguments with the papers' fine-tuning defaults: linear warmup then linear decay (the "triangular"
-    schedule) with 1,000 warmup steps, or 10% of the run when it is shorter than 10,000 steps; no weight decay; clip
-    1.0; best checkpoint by dev MAP."""
-
-    output_dir: str | None = field(default="outputs/as2")
-    eval_strategy: str = field(default="epoch")
-    # "best" checkpoints whenever dev MAP improves, whatever --eval_strategy is (epoch or steps).
-    save_strategy: str = field(default="best")
-    load_best_model_at_end: bool = field(default=True)
-    metric_for_best_model: str | None = field(default="map")
-    greater_is_better: bool | None = field(default=True)
-    save_total_limit: int | None = field(default=2)
-    report_to: None | str | list[str] = field(default="none")
-    logging_steps: float = field(default=50)
-    weight_decay: float = field(default=0.0)
-    # The collator reads token columns the model's forward does not name; Trainer must not drop them.
-    remove_unused_columns: bool = field(default=False)
-    max_grad_norm: float = field(default=1.0)
-    warmup_steps: float | None = field(
-        default=None,
-        metadata={
-            "help": "Linear warmup steps (>= 1) or ratio (< 1). Default: the papers' 1,000 steps (WikiQA), capped at "
-            "10%% of the run for runs shorter than 10,000 steps."
-        },
-    )
-
-    def __post_init__(self):
-        self.paper_warmup = self.warmup_steps is None
-        if self.paper_warmup:
-            self.warmup_steps = PAPER_WARMUP_STEPS
-        super().__post_init__()
-
-    def get_warmup_steps(self, num_training_steps: int) -> int:
-        if self.paper_warmup:
-            return min(PAPER_WARMUP_STEPS, math.ceil(SHORT_RUN_WARMUP_RATIO * num_training_steps))
-        return super().get_warmup_steps(num_training_steps)
 
 
 def load_model(model_args: ModelArguments, tokenizer, contextual: bool):
@@ -238,22 +189,6 @@ def choose_contextual(model_args: ModelArguments, train) -> bool:
     return model_args.contextual
 
 
-def add_lora(model, model_args: ModelArguments):
-    from peft import LoraConfig, get_peft_model
-
-    lora = LoraConfig(
-        r=model_args.lora_r,
-        lora_alpha=model_args.lora_alpha,
-        lora_dropout=model_args.lora_dropout,
-        target_modules=[name.strip() for name in model_args.lora_target_modules.split(",")],
-        # The head and the (new) context segment rows are not pretrained: train them fully.
-        modules_to_save=["classifier", "token_type_embeddings"],
-    )
-    model = get_peft_model(model, lora)
-    model.print_trainable_parameters()
-    return model
-
-
 def check_arguments(model_args: ModelArguments, data_args: DataArguments) -> None:
     """Contradictions between flags, raised before any data or model is loaded."""
     if model_args.pairwise and model_args.contextual:
@@ -292,7 +227,7 @@ def main(argv: list[str] | None = None) -> dict:
         *(len(splits[name].dataset) if name in splits else 0 for name in ("train", "validation", "test")),
     )
     if model_args.use_lora:
-        model = add_lora(model, model_args)
+        model = model_args.add_lora(model)
 
     tokenized = {name: tokenize_as2(split.dataset, tokenizer) for name, split in splits.items()}
     has_dev = "validation" in tokenized

@@ -57,37 +57,41 @@ from as2hub.data_collators import (
     group_candidates,
     load_fv_data,
 )
+from as2hub.data_collators.as2_splits import load_splits
 from as2hub.data_collators.joint_data import questions_in_order
+from as2hub.data_collators.tokenizer_training import embedded_tokenizer
+from as2hub.hub_cards.push import HubArguments, HubPush
+from as2hub.hub_cards.run_outputs import save_hub_folder, write_ranked_predictions
+from as2hub.hub_cards.run_record import REFERENCE_PAIRS
 from as2hub.metrics import compute_as2_metrics
 from as2hub.modeling import JointMultiCandidateModel
+from as2hub.modeling.files import write_json_atomic, write_text_atomic
 from as2hub.modeling.joint_multicandidate import JointRobertaConfig
 from as2hub.modeling.joint_multicandidate.configuration_joint_multicandidate import CANDIDATE_HEADS, HEADS
 from as2hub.modeling.joint_ranking import cascade_order
-from as2hub.run_scripts.as2_datasets import load_splits
-from as2hub.run_scripts.common import (
+from as2hub.modeling.loading import load_checkpoint
+from as2hub.run_scripts.arguments import (
+    TINY_ROBERTA,
     ArgumentError,
+    AS2TrainingArguments,
+    LoraArguments,
     check_output_dir,
     check_slot_budget,
     first_token_attention,
     first_token_attention_field,
-    load_checkpoint,
     parse_arguments,
     remove_stale_checkpoints,
     run_cli,
     setup_logging,
     without_evaluation,
 )
-from as2hub.run_scripts.outputs import save_hub_folder, write_json_atomic, write_ranked_predictions, write_text_atomic
-from as2hub.run_scripts.publishing import REFERENCE_PAIRS, HubArguments, HubPush
-from as2hub.run_scripts.run_as2 import AS2TrainingArguments, add_lora
-from as2hub.run_scripts.tiny_defaults import TINY_ROBERTA, embedded_tokenizer
 
 logger = logging.getLogger("as2hub.run_joint")
 TASKS = ("as2", "fv")
 
 
 @dataclass
-class JointModelArguments:
+class JointModelArguments(LoraArguments):
     model_name_or_path: str | None = field(
         default=None,
         metadata={"help": "RoBERTa, BERT-family (MiniLM) or ELECTRA checkpoint, or a joint / MSPP pre-trained folder."},
@@ -107,11 +111,6 @@ class JointModelArguments:
     )
     first_token_attention: str | None = first_token_attention_field()
     token_type_init: str = field(default="scratch", metadata={"help": "Init of the token-type rows grown to k+1."})
-    use_lora: bool = field(default=False, metadata={"help": "Fine-tune LoRA adapters (PEFT) instead of all weights."})
-    lora_r: int = 8
-    lora_alpha: int = 16
-    lora_dropout: float = 0.1
-    lora_target_modules: str = field(default="query,value", metadata={"help": "Comma-separated module names."})
 
 
 @dataclass
@@ -450,7 +449,7 @@ def main(argv: list[str] | None = None) -> dict:
         ", ".join(f"{name}: {len(splits[name].dataset)} rows in {len(group)} inputs" for name, group in groups.items()),
     )
     if model_args.use_lora:
-        model = add_lora(model, model_args)
+        model = model_args.add_lora(model)
 
     def metrics_for(name: str):
         if as2:

@@ -31,7 +31,7 @@ corpus with ``streaming=True``. Several processes (README "Scaling out")::
         --gradient_accumulation_steps 8 ...          # 64 x 8 x 8 = 4,096 examples per step, the papers' batch
 
 ``--resume_from_checkpoint`` continues a streaming run exactly (``as2hub_stream_state.json`` in each checkpoint, see
-:mod:`as2hub.run_scripts.stream_resume`); SIGTERM saves a checkpoint and exits with status 143.
+:mod:`as2hub.data_collators.stream_resume`); SIGTERM saves a checkpoint and exits with status 143.
 A held-out slice of the documents gives the evaluation set: MLM loss and sentence-level accuracy / AUC.
 ``--push_to_hub --hub_model_id namespace/name`` publishes the result at the end of the run (or later:
 ``as2hub-push OUTPUT_DIR namespace/name``); ``run_as2.py --model_name_or_path namespace/name`` fine-tunes it.
@@ -51,16 +51,23 @@ from as2hub.data_collators import (
     CorpusConfig,
     CorpusError,
     JointCollator,
+    Objective,
     PretrainingCollator,
     StructurePretrainingIterableDataset,
-    default_max_length,
     generate_pretraining_dataset,
-    is_joint_objective,
-    is_triplet_objective,
     load_documents,
+    resolve_objective,
 )
+from as2hub.data_collators.ssp_trainer import SSPTrainer
+from as2hub.data_collators.stream_resume import GracefulStop, PositionTrackingCollator, prepare_exact_resume
+from as2hub.data_collators.tokenizer_training import train_corpus_tokenizer
+from as2hub.hub_cards.push import HubArguments, HubPush
+from as2hub.hub_cards.run_record import component, record_run
 from as2hub.modeling import JOINT_PRETRAINING_MODELS, SSP_MODELS
-from as2hub.run_scripts.common import (
+from as2hub.modeling.files import staged_folder, write_json_atomic
+from as2hub.modeling.loading import load_checkpoint
+from as2hub.run_scripts.arguments import (
+    TINY_ROBERTA,
     ArgumentError,
     CPUFriendlyArguments,
     OverwriteArguments,
@@ -69,17 +76,11 @@ from as2hub.run_scripts.common import (
     check_slot_budget,
     first_token_attention,
     first_token_attention_field,
-    load_checkpoint,
     parse_arguments,
     remove_stale_checkpoints,
     run_cli,
     setup_logging,
 )
-from as2hub.run_scripts.outputs import staged_folder, write_json_atomic
-from as2hub.run_scripts.publishing import HubArguments, HubPush, component, record_run
-from as2hub.run_scripts.ssp_trainer import SSPTrainer
-from as2hub.run_scripts.stream_resume import GracefulStop, PositionTrackingCollator, prepare_exact_resume
-from as2hub.run_scripts.tiny_defaults import TINY_ROBERTA, train_corpus_tokenizer
 
 logger = logging.getLogger("as2hub.run_pretrain")
 
@@ -289,7 +290,7 @@ def _model_type(source: str) -> str | None:
     return PretrainedConfig.get_config_dict(source)[0].get("model_type")
 
 
-def build_joint_model(model_args: PretrainModelArguments, tokenizer, objective: str):
+def build_joint_model(model_args: PretrainModelArguments, tokenizer, objective: Objective):
     """A ``*ForJointPretraining`` model (MLM + MSPP): continued from a checkpoint, from a config, or tiny from scratch."""
     if model_args.model_type not in JOINT_PRETRAINING_MODELS:
         raise ArgumentError(
@@ -313,7 +314,7 @@ def build_joint_model(model_args: PretrainModelArguments, tokenizer, objective: 
         "token_type_init": model_args.token_type_init,
         "pad_token_id": tokenizer.pad_token_id,
         "mlm_weight": model_args.mlm_weight,
-        "mspp_weight": 0.0 if objective.startswith("mlm") else model_args.cls_weight,
+        "mspp_weight": 0.0 if objective.mlm_only else model_args.cls_weight,
     }
     attention = first_token_attention(
         model_args.first_token_attention, model_args.model_name_or_path or model_args.config_name
@@ -330,23 +331,23 @@ def build_joint_model(model_args: PretrainModelArguments, tokenizer, objective: 
     return model_class(config)
 
 
-def build_model(model_args: PretrainModelArguments, tokenizer, objective: str):
+def build_model(model_args: PretrainModelArguments, tokenizer, objective: Objective):
     """A ``*ForSSPPretraining`` model (``*ForJointPretraining`` for MSPP): continued from a checkpoint, from a
     config, or a tiny one from scratch."""
-    if is_joint_objective(objective):
+    if objective.joint:
         return build_joint_model(model_args, tokenizer, objective)
     if model_args.model_type not in SSP_MODELS:
         raise ArgumentError(f"--model_type must be one of {sorted(SSP_MODELS)}, got {model_args.model_type!r}")
     config_class, model_class = SSP_MODELS[model_args.model_type]
     # Triplets need three segments; pairs keep the backbone's design (RoBERTa: one segment id, BERT/ELECTRA: two).
-    num_segments = 3 if is_triplet_objective(objective) else (1 if model_args.model_type == "roberta" else 2)
+    num_segments = 3 if objective.triplet else (1 if model_args.model_type == "roberta" else 2)
     settings = {
         "num_segments": num_segments,
         "token_type_init": model_args.token_type_init,
         "sep_token_id": tokenizer.sep_token_id,
         "pad_token_id": tokenizer.pad_token_id,
         "mlm_weight": model_args.mlm_weight,
-        "cls_weight": 0.0 if objective.startswith("mlm") else model_args.cls_weight,
+        "cls_weight": 0.0 if objective.mlm_only else model_args.cls_weight,
     }
     if model_args.model_type == "electra":
         settings["rtd_weight"] = model_args.rtd_weight
@@ -409,17 +410,20 @@ def main(argv: list[str] | None = None) -> dict:
     model_args, data_args, training_args, hub_args = parse_arguments(parser, argv)
     setup_logging()
     push = HubPush.from_args(training_args, hub_args)  # --push_to_hub: checked now, one validated push at the end
-    if data_args.objective not in OBJECTIVES:
-        raise ArgumentError(f"unknown --objective {data_args.objective!r}: use one of {', '.join(OBJECTIVES)}")
+    try:  # the one place the --objective string is read: the rest asks the resolved Objective
+        objective = resolve_objective(data_args.objective)
+    except ValueError:
+        raise ArgumentError(
+            f"unknown --objective {data_args.objective!r}: use one of {', '.join(OBJECTIVES)}"
+        ) from None
     source = model_args.model_name_or_path or model_args.config_name
-    if is_joint_objective(data_args.objective):  # MSPP inputs are (k + 1) slots of L tokens
+    if objective.joint:  # MSPP inputs are (k + 1) slots of L tokens
         tiny_positions = TINY_ROBERTA["max_position_embeddings"] - 2  # the tiny RoBERTa's pad offset
         check_slot_budget(
             model_args.num_candidates, model_args.slot_length, model_args.slot_positions, source, tiny_positions
         )
     else:
-        default = default_max_length(data_args.objective) if data_args.objective in OBJECTIVES else None
-        data_args.max_length = check_max_length(data_args.max_length, source, default=default)
+        data_args.max_length = check_max_length(data_args.max_length, source, default=objective.default_max_length)
     stale_checkpoints = check_output_dir(training_args)
     set_seed(training_args.seed)
 
@@ -440,9 +444,9 @@ def main(argv: list[str] | None = None) -> dict:
     else:
         style = TOKENIZER_STYLE[model_args.model_type]
         tokenizer = train_corpus_tokenizer(documents, style, model_args.tokenizer_vocab_size)
-    model = build_model(model_args, tokenizer, data_args.objective)
+    model = build_model(model_args, tokenizer, objective)
     generation = {"seed": training_args.seed, "documents_per_batch": data_args.documents_per_batch}
-    if is_joint_objective(data_args.objective):
+    if objective.joint:
         if data_args.whole_word_mask:
             raise ArgumentError("--whole_word_mask is not supported with --objective mspp (token-level masking only)")
         collator = JointCollator.for_model(
@@ -452,7 +456,7 @@ def main(argv: list[str] | None = None) -> dict:
     else:
         collator = PretrainingCollator(
             tokenizer,
-            max_length=data_args.max_length or default_max_length(data_args.objective),
+            max_length=data_args.max_length or objective.default_max_length,
             mlm_probability=data_args.mlm_probability,
             whole_word_mask=data_args.whole_word_mask,
             num_token_types=model.config.type_vocab_size,
@@ -461,7 +465,7 @@ def main(argv: list[str] | None = None) -> dict:
     if data_args.materialize:
         train_dataset = generate_pretraining_dataset(
             train_documents,
-            data_args.objective,
+            objective,
             num_proc=data_args.preprocessing_num_workers,
             keep_provenance=False,
             output_dir=data_args.save_examples,
@@ -480,7 +484,7 @@ def main(argv: list[str] | None = None) -> dict:
         # tracked for exact resume (and seed the masking of each batch).
         train_dataset = StructurePretrainingIterableDataset(
             train_documents,
-            data_args.objective,
+            objective,
             keep_provenance=False,
             track_positions=data_args.exact_resume,
             rank=0,
@@ -491,7 +495,7 @@ def main(argv: list[str] | None = None) -> dict:
             collator = PositionTrackingCollator(collator, seed=training_args.seed)
     if next(iter(train_dataset), None) is None:  # stops at the first example; a whole epoch only if there is none
         raise CorpusError(
-            f"objective {data_args.objective!r} produced no example from {len(train_documents)} training documents: "
+            f"objective {objective.name!r} produced no example from {len(train_documents)} training documents: "
             "its units need longer paragraphs or more of them (DSLC: paragraphs of 3+ sentences; PSD: documents with "
             "2+ paragraphs; MSPP: paragraphs of 2+ sentences; see the corpus filter counts logged above)"
         )
@@ -501,7 +505,7 @@ def main(argv: list[str] | None = None) -> dict:
         eval_dataset = datasets.concatenate_datasets(
             [
                 generate_pretraining_dataset(
-                    eval_documents, data_args.objective, keep_provenance=False, **{**generation, "seed": seed}
+                    eval_documents, objective, keep_provenance=False, **{**generation, "seed": seed}
                 )
                 for seed in range(training_args.seed + 1, training_args.seed + 1 + data_args.eval_passes)
             ]
@@ -549,7 +553,7 @@ def main(argv: list[str] | None = None) -> dict:
         with staged_folder(out) as staging:
             trainer.save_model(str(staging))
             tokenizer.save_pretrained(staging)
-            joint = is_joint_objective(data_args.objective)
+            joint = objective.joint
             components = {}
             if model_args.model_type == "electra" and not joint:
                 exported = model.export_discriminator(f"{staging}/discriminator")

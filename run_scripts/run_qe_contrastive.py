@@ -52,11 +52,17 @@ from as2hub.data_collators.hotpotqa import (
     add_marker_tokens,
     to_official_gold,
 )
+from as2hub.data_collators.qe_tasks import default_question_types, load_qe_splits
+from as2hub.data_collators.tokenizer_training import train_corpus_tokenizer
+from as2hub.hub_cards.push import HubArguments, HubPush
+from as2hub.hub_cards.run_outputs import save_hub_folder
 from as2hub.metrics.hotpotqa import best_spans, hotpotqa_evaluate, qe_map, select_supporting_facts
 from as2hub.modeling import LongformerQEConfig, LongformerWithQEContrastive
-from as2hub.run_scripts.common import (
+from as2hub.modeling.files import write_json_atomic, write_text_atomic
+from as2hub.run_scripts.arguments import (
     ArgumentError,
     CPUFriendlyArguments,
+    LoraArguments,
     OverwriteArguments,
     check_max_length,
     check_output_dir,
@@ -65,10 +71,6 @@ from as2hub.run_scripts.common import (
     run_cli,
     without_evaluation,
 )
-from as2hub.run_scripts.outputs import save_hub_folder, write_json_atomic, write_text_atomic
-from as2hub.run_scripts.publishing import HubArguments, HubPush
-from as2hub.run_scripts.qe_datasets import default_question_types, load_qe_splits
-from as2hub.run_scripts.tiny_defaults import train_corpus_tokenizer
 
 logger = logging.getLogger("as2hub.run_qe_contrastive")
 
@@ -94,7 +96,7 @@ PREDICTION_FIELDS = (
 
 
 @dataclass
-class ModelArguments:
+class ModelArguments(LoraArguments):
     model_name_or_path: str | None = field(
         default=None,
         metadata={"help": "Longformer / longformer_qe checkpoint, or a RoBERTa / BERT-family one (converted)."},
@@ -135,10 +137,7 @@ class ModelArguments:
     )
     marker_init: str = field(default="random", metadata={"help": "New marker embeddings: random (paper) or mean."})
     tokenizer_vocab_size: int = field(default=4000, metadata={"help": "Vocab of a tokenizer trained from scratch."})
-    use_lora: bool = field(default=False, metadata={"help": "Fine-tune LoRA adapters (PEFT) instead of all weights."})
-    lora_r: int = 8
-    lora_alpha: int = 16
-    lora_dropout: float = 0.1
+    # Longformer: the global-attention projections get adapters too.
     lora_target_modules: str = field(
         default="query,value,query_global,value_global", metadata={"help": "Comma-separated module names."}
     )
@@ -283,22 +282,6 @@ def build_model(model_args: ModelArguments, data_args: DataArguments, splits: di
     return model, tokenizer
 
 
-def add_lora(model, model_args: ModelArguments):
-    from peft import LoraConfig, get_peft_model
-
-    lora = LoraConfig(
-        r=model_args.lora_r,
-        lora_alpha=model_args.lora_alpha,
-        lora_dropout=model_args.lora_dropout,
-        target_modules=[name.strip() for name in model_args.lora_target_modules.split(",")],
-        # The heads, the QE projections and the (new) marker embeddings are not pretrained: train them fully.
-        modules_to_save=["qa_outputs", "answer_type_head", "sentence_head", "paragraph_head", "qe", "word_embeddings"],
-    )
-    model = get_peft_model(model, lora)
-    model.print_trainable_parameters()
-    return model
-
-
 def preprocess_logits_for_metrics(logits, labels, n_best: int = 20, max_answer_length: int = 30):
     """Keep what decoding needs: the best span of each row instead of the (batch, length) start / end logits."""
     logits = logits if isinstance(logits, tuple) else (logits,)
@@ -441,7 +424,7 @@ def main(argv: list[str] | None = None) -> dict:
         max_length,
     )
     if model_args.use_lora:
-        model = add_lora(model, model_args)
+        model = model_args.add_lora(model)
 
     has_dev = "validation" in encoded
     if not has_dev:

@@ -272,10 +272,10 @@ def test_context_text_pair_gives_the_contextual_segments(stock_checkpoint):
 def test_lora_trains_head_and_token_types_and_merges(stock_checkpoint, tmp_path):
     from peft import PeftModel
 
-    from as2hub.run_scripts.run_as2 import ModelArguments, add_lora
+    from as2hub.modeling.lora import add_lora
 
     model, tokenizer = load_contextual(stock_checkpoint("bert"), "bert")
-    peft_model = add_lora(model, ModelArguments(use_lora=True, lora_r=4))
+    peft_model = add_lora(model, r=4)
     trainable = {name for name, p in peft_model.named_parameters() if p.requires_grad}
     assert any("lora_A" in name for name in trainable)
     assert any("classifier" in name for name in trainable)

@@ -10,8 +10,9 @@ from test_run_as2 import as2_rows, tiny_args, write_jsonl
 from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
 from as2hub.data_collators import AS2DataError
-from as2hub.run_scripts import common, outputs, run_as2, run_joint, run_pretrain, run_qe_contrastive
-from as2hub.run_scripts.common import ArgumentError, check_output_dir, run_cli
+from as2hub.hub_cards import run_outputs
+from as2hub.run_scripts import arguments, run_as2, run_joint, run_pretrain, run_qe_contrastive
+from as2hub.run_scripts.arguments import ArgumentError, check_output_dir, run_cli
 
 
 def all_positive_rows():
@@ -118,8 +119,8 @@ def test_a_max_length_beyond_the_position_table_fails_before_loading(stock_check
     with pytest.raises(ArgumentError, match=r"--max_length 5000 is longer than the Longformer converted"):
         run_qe_contrastive.main(["--model_name_or_path", str(bert), "--max_length", "5000", *out])
     # Without --max_length the default (256) is lowered to what the model reads.
-    assert common.check_max_length(None, str(roberta), default=256) == 134
-    assert common.check_max_length(None, str(bert), default=128) == 128
+    assert arguments.check_max_length(None, str(roberta), default=256) == 134
+    assert arguments.check_max_length(None, str(bert), default=128) == 128
     assert not (tmp_path / "out").exists()
 
 
@@ -131,7 +132,7 @@ def test_joint_k_beyond_the_slot_budget_fails_before_loading(stock_checkpoint, t
         run_joint.main([*args, "--num_candidates", "4"])
     with pytest.raises(ArgumentError, match=r"--num_candidates 20 with --slot_length 64 needs .* 1344"):
         run_pretrain.main(["--objective", "mspp", "--num_candidates", "20", "--output_dir", str(tmp_path / "out")])
-    common.check_slot_budget(4, 32, "per_slot", bert)  # positions restart per slot: fits
+    arguments.check_slot_budget(4, 32, "per_slot", bert)  # positions restart per slot: fits
 
 
 # --------------------------------------------------------------------------------- refusing to overwrite a model
@@ -154,7 +155,7 @@ def test_check_output_dir_refuses_a_model_folder_unless_told(tmp_path):
     assert check_output_dir(Args(tmp_path, resume="checkpoint-2")) == []
     stale = check_output_dir(Args(tmp_path, overwrite=True))
     assert stale == [tmp_path / "checkpoint-2"] and stale[0].exists()  # removed only just before training
-    common.remove_stale_checkpoints(stale, Args(tmp_path))
+    arguments.remove_stale_checkpoints(stale, Args(tmp_path))
     assert not stale[0].exists() and (tmp_path / "config.json").exists()
 
 
@@ -183,7 +184,7 @@ def test_a_crash_while_saving_leaves_the_previous_model_loadable(stock_checkpoin
     tokenizer = AutoTokenizer.from_pretrained(source)
     first = run_as2.load_model(run_as2.ModelArguments(model_name_or_path=str(source)), tokenizer, contextual=True)
     out = tmp_path / "model"
-    outputs.save_hub_folder(first, tokenizer, out, None, None, {})
+    run_outputs.save_hub_folder(first, tokenizer, out, None, None, {})
     card, record = (out / "README.md").read_text(), (out / "as2hub_run.json").read_text()
     name = next(iter(first.state_dict()))
     expected = first.state_dict()[name].clone()
@@ -198,7 +199,7 @@ def test_a_crash_while_saving_leaves_the_previous_model_loadable(stock_checkpoin
 
     monkeypatch.setattr(type(tokenizer), "save_pretrained", crash)  # after the new weights are written to staging
     with pytest.raises(OSError, match="disk full"):
-        outputs.save_hub_folder(second, tokenizer, out, None, None, {})
+        run_outputs.save_hub_folder(second, tokenizer, out, None, None, {})
     assert not list(out.glob(".staging-*"))
     reloaded = AutoModelForSequenceClassification.from_pretrained(out, trust_remote_code=True)
     assert torch.equal(reloaded.state_dict()[name], expected)

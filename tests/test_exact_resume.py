@@ -13,12 +13,13 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from as2hub.data_collators import stream_resume
 from as2hub.data_collators.pretraining_data import (
     STREAM_POSITION_KEY,
     StructurePretrainingIterableDataset,
     stream_state_from_positions,
 )
-from as2hub.run_scripts import run_pretrain, stream_resume
+from as2hub.run_scripts import run_pretrain
 
 
 def documents(n=20):

@@ -535,10 +535,10 @@ def test_cascade_reranks_the_pairwise_top_k_and_keeps_the_rest(stock_checkpoint)
 
 
 def test_lora_trains_the_head_and_token_types(stock_checkpoint):
-    from as2hub.run_scripts.run_as2 import ModelArguments, add_lora
+    from as2hub.modeling.lora import add_lora
 
     model, tokenizer = load_joint(stock_checkpoint("roberta"), head="AE_k")
-    peft_model = add_lora(model, ModelArguments(use_lora=True, lora_r=4))
+    peft_model = add_lora(model, r=4)
     trainable = {name for name, p in peft_model.named_parameters() if p.requires_grad}
     assert any("lora_A" in name for name in trainable) and any("classifier" in name for name in trainable)
     assert any("token_type_embeddings" in name for name in trainable)

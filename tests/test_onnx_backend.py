@@ -21,9 +21,9 @@ from as2hub.modeling.onnx_backend import (
     OnnxRankerModel,
     StaleOnnxExportError,
     export_onnx,
-    scores_from_logits,
 )
 from as2hub.modeling.ranking import Ranker, context_text_pair
+from as2hub.modeling.scores import probability_of_correct
 from as2hub.run_scripts import export_onnx as export_script
 
 HAS_ONNX = importlib.util.find_spec("onnxruntime") is not None and importlib.util.find_spec("onnx") is not None
@@ -134,8 +134,8 @@ def test_graph_keeps_the_segment_logic_for_tokenizer_inputs(ranker_folder, backb
         feed["token_type_ids"] = np.zeros_like(feed["input_ids"])
     else:
         assert feed["token_type_ids"].max() == 1  # tokenizer pair ids, not the three segments
-    got = scores_from_logits(session.run(None, feed)[0], torch_model.config)
-    torch.testing.assert_close(got, scores_from_logits(expected, torch_model.config), atol=1e-4, rtol=0)
+    got = probability_of_correct(session.run(None, feed)[0], torch_model.config)
+    torch.testing.assert_close(got, probability_of_correct(expected, torch_model.config), atol=1e-4, rtol=0)
 
 
 @needs_onnx

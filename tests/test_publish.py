@@ -20,20 +20,12 @@ from as2hub.hub_cards import (
     build_model_card,
     register_family,
 )
+from as2hub.hub_cards.push import HubArguments, HubPush, plan_upload, push_run_folder
+from as2hub.hub_cards.run_outputs import save_hub_folder
+from as2hub.hub_cards.run_record import RUN_RECORD, PublishError, make_run_record, read_run, reference_outputs
 from as2hub.modeling import BertForContextualAS2, RobertaForSSPPretraining, SSPRobertaConfig
+from as2hub.modeling.files import write_json_atomic
 from as2hub.run_scripts import push_to_hub, run_as2, run_joint, run_pretrain, run_qe_contrastive
-from as2hub.run_scripts.outputs import save_hub_folder, write_json_atomic
-from as2hub.run_scripts.publishing import (
-    RUN_RECORD,
-    HubArguments,
-    HubPush,
-    PublishError,
-    make_run_record,
-    plan_upload,
-    push_run_folder,
-    read_run,
-    reference_outputs,
-)
 
 RESULTS = {
     "train": {"train_runtime": 12.5, "epoch": 1.0, "train_loss": 0.61},
@@ -233,7 +225,7 @@ def test_repo_ids_must_be_namespace_slash_name(hub, saved_ranker, repo_id, capsy
 
 def test_token_and_endpoint_problems_stop_before_any_upload(hub, saved_ranker, monkeypatch, capsys):
     monkeypatch.delenv("HF_TOKEN", raising=False)
-    monkeypatch.setattr("as2hub.run_scripts.publishing.get_token", lambda: None)
+    monkeypatch.setattr("as2hub.hub_cards.push.get_token", lambda: None)
     before = len(hub.requests)
     with pytest.raises(PublishError, match="no Hub token"):
         push_run_folder(saved_ranker, "tester/ranker", endpoint=hub.url)
@@ -319,12 +311,15 @@ def test_as2hub_push_is_an_installed_command():
     assert script.value == "as2hub.run_scripts.push_to_hub:cli"
 
 
-def test_the_earlier_card_functions_still_build_cards(stock_checkpoint):
-    from as2hub.hub_cards import render_model_card
+def test_a_card_built_from_in_memory_run_objects_names_the_hub_base_and_the_metrics(stock_checkpoint):
+    from as2hub.hub_cards import build_model_card
+    from as2hub.hub_cards.run_record import make_run_record
 
     model = BertForContextualAS2.from_pretrained(stock_checkpoint("bert"))
     model_args = run_as2.ModelArguments(model_name_or_path="google-bert/bert-base-uncased")
-    card = ModelCard(render_model_card(model, model_args, run_as2.DataArguments(dataset="wikiqa"), RESULTS))
+    arguments = {"model": model_args, "data": run_as2.DataArguments(dataset="wikiqa")}
+    record = make_run_record("contextual_as2", model, arguments, "all_results.json", {})
+    card = ModelCard(str(build_model_card(record, RESULTS, "path/to/this/folder")))
     assert card.data.base_model == "google-bert/bert-base-uncased" and metric_values(card)[("test", "map")] == 0.7034
 
 

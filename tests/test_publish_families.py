@@ -23,8 +23,9 @@ from test_run_as2 import write_jsonl
 from test_run_pretrain import write_document
 from test_run_qe_contrastive import hotpot_records, write
 
+from as2hub.hub_cards.push import push_run_folder
+from as2hub.hub_cards.run_record import RUN_RECORD, PublishError, read_run
 from as2hub.run_scripts import run_joint, run_pretrain, run_qe_contrastive
-from as2hub.run_scripts.publishing import RUN_RECORD, PublishError, push_run_folder, read_run
 
 pytestmark = pytest.mark.slow
 
@@ -108,7 +109,7 @@ def load_by_repo_id(hub, repo: str, record: dict, home) -> dict:
     """Load ``repo`` BY ID from the fake Hub in a fresh process (empty HF_HOME, as2hub blocked) with the record's Auto
     class, resolve its auto_map and custom pipelines, and compare the outputs on the record's reference input (the
     same check ``as2hub-push`` runs on the staged folder, here on what the Hub serves)."""
-    from as2hub.run_scripts import fresh_load_check
+    from as2hub.hub_cards import fresh_load_check
 
     component = {**record["components"]["model"], "name": repo, "path": repo}
     home.mkdir(parents=True, exist_ok=True)
@@ -259,7 +260,7 @@ def test_longformer_run_pushes_with_the_hotpotqa_collated_batch(hub, tmp_path):
 def test_reference_summary_samples_stay_inside_large_outputs(numel):
     """The reference summary of a full-vocabulary output: a float32 linspace of positions rounded its last one past the
     end above 2**24 entries (the MLM logits of an MSPP pre-training of a BERT-vocabulary MiniLM crashed the save)."""
-    from as2hub.run_scripts.fresh_load_check import SAMPLES, summarise_outputs
+    from as2hub.hub_cards.fresh_load_check import SAMPLES, summarise_outputs
 
     values = torch.arange(numel, dtype=torch.float64)  # the summary casts to float32: exact below 2**24
     summary = summarise_outputs({"logits": values})["logits"]

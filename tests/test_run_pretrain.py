@@ -7,7 +7,7 @@ import torch
 
 from as2hub.data_collators import CorpusError, EmptyCorpusError
 from as2hub.run_scripts import run_as2, run_pretrain
-from as2hub.run_scripts.common import ArgumentError
+from as2hub.run_scripts.arguments import ArgumentError
 
 QUICK = ["--max_steps", "3", "--eval_steps", "3", "--save_steps", "3", "--per_device_train_batch_size", "8",
          "--tokenizer_vocab_size", "800", "--eval_passes", "1"]  # fmt: skip

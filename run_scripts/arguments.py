@@ -1,29 +1,31 @@
-"""What the run scripts share: quiet checkpoint loading with a one-line summary, CPU-aware Trainer defaults, logging.
+"""What the run scripts share: their argument dataclasses (CPU-aware Trainer defaults, the papers' fine-tuning
+schedule, LoRA), one-line errors for bad input, logging, output-folder checks, and the tiny default model.
 
-Loading a stock or pre-training checkpoint into an as2hub class is expected to leave some weights unused (the
-checkpoint's pre-training head, e.g. ``lm_head.*``) and to initialise others (the new task head, e.g.
-``classifier.*``); transformers reports both in a multi-screen LOAD REPORT and warns that the checkpoint's model type
-differs from the class's. :func:`load_checkpoint` replaces those expected messages by one line, and still warns when
-weights of the encoder itself are missing or unused (a checkpoint of the wrong kind).
+A command is built from these pieces, as ``run_as2.py`` is::
 
-Example:
-    >>> from as2hub.modeling import RobertaForContextualAS2
-    >>> model = load_checkpoint(RobertaForContextualAS2, "outputs/pretrain", contextual=True)  # doctest: +SKIP
-    INFO ... loaded outputs/pretrain (ssp_roberta) into RobertaForContextualAS2: new classifier.* (4 tensors); not used
-    lm_head.* (5 tensors, the checkpoint's own head)
+    parser = HfArgumentParser((ModelArguments, DataArguments, AS2TrainingArguments, HubArguments))
+    model_args, data_args, training_args, hub_args = parse_arguments(parser, argv)  # bad input: ArgumentError
+    ...
+    model = model_args.add_lora(model)  # ModelArguments inherits LoraArguments: --use_lora --lora_r ...
+
+    def cli(argv=None) -> int:
+        return run_cli(main, argv)  # user errors: one line and exit code 2, not a traceback
 """
 
-import contextlib
 import dataclasses
 import logging
-import os
+import math
 import shutil
 import sys
-from collections import Counter
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 import transformers
+from transformers import TrainingArguments
+
+from as2hub.modeling.loading import transformers_quiet
+from as2hub.modeling.lora import add_lora
 
 logger = logging.getLogger("as2hub")
 
@@ -32,68 +34,6 @@ def setup_logging() -> None:
     """INFO logs of as2hub and the scripts; transformers keeps its warnings; progress bars stay."""
     logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
     transformers.utils.logging.set_verbosity_warning()
-
-
-@contextlib.contextmanager
-def transformers_quiet(level: int = transformers.logging.ERROR):
-    """Temporarily raise transformers' log level (e.g. around a load whose messages are expected)."""
-    previous = transformers.logging.get_verbosity()
-    transformers.logging.set_verbosity(level)
-    try:
-        yield
-    finally:
-        transformers.logging.set_verbosity(previous)
-
-
-def _groups(keys, base_prefix: str) -> str:
-    """``lm_head.dense.weight, lm_head.bias`` -> ``lm_head.* (2 tensors)``; encoder keys keep their module name."""
-    counts = Counter(".".join(key.split(".")[: 2 if key.startswith(base_prefix) else 1]) for key in keys)
-    return ", ".join(
-        f"{prefix}.* ({count} tensor{'s' if count > 1 else ''})" for prefix, count in sorted(counts.items())
-    )
-
-
-def load_checkpoint(model_class, source: str, loader=None, **kwargs):
-    """``model_class.from_pretrained(source, **kwargs)`` with the expected load messages summarised in one line.
-
-    ``loader`` replaces ``model_class.from_pretrained`` (e.g. ``ElectraForSSPPretraining.from_discriminator_and_generator``
-    with its generator bound); it must accept ``output_loading_info=True``. Missing or unused weights inside the
-    encoder (``model.base_model_prefix``) are reported as a warning: the checkpoint is not of the backbone the class
-    expects.
-    """
-    source_type = None
-    config_file = os.path.join(str(source), "config.json")
-    if os.path.isfile(config_file):
-        import json
-
-        with open(config_file, encoding="utf-8") as handle:
-            source_type = json.load(handle).get("model_type")
-    with transformers_quiet():
-        model, info = (loader or model_class.from_pretrained)(source, output_loading_info=True, **kwargs)
-    prefix = model.base_model_prefix + "."
-    missing, unused = sorted(info.get("missing_keys", ())), sorted(info.get("unexpected_keys", ()))
-    reshaped = sorted(
-        entry[0] if isinstance(entry, (tuple, list)) else entry for entry in info.get("mismatched_keys", ())
-    )
-    encoder_missing = [key for key in missing + reshaped if key.startswith(prefix)]
-    encoder_unused = [key for key in unused if key.startswith(prefix) and "pooler" not in key]
-    parts = [f"loaded {source} ({source_type or 'model'}) into {type(model).__name__}"]
-    if missing:
-        parts.append(f"new {_groups(missing, prefix)}")
-    if reshaped:
-        parts.append(f"re-initialised (shape differs from the checkpoint's) {_groups(reshaped, prefix)}")
-    if unused:
-        parts.append(f"not used {_groups(unused, prefix)} (the checkpoint's own heads)")
-    logger.info("; ".join(parts))
-    if encoder_missing or encoder_unused:
-        logger.warning(
-            "%s does not match %s: encoder weights missing or re-initialised %s, unused %s",
-            source,
-            type(model).__name__,
-            encoder_missing[:8],
-            encoder_unused[:8],
-        )
-    return model
 
 
 def without_evaluation(training_args) -> None:
@@ -163,8 +103,8 @@ def user_errors() -> tuple[type[BaseException], ...]:
     from as2hub.data_collators.as2_data import AS2DataError
     from as2hub.data_collators.corpus import CorpusError
     from as2hub.data_collators.hotpotqa import HotpotQAError
+    from as2hub.hub_cards.run_record import PublishError
     from as2hub.modeling.onnx_backend import NotAnAS2hubRankerError, StaleOnnxExportError
-    from as2hub.run_scripts.publishing import PublishError
 
     return (
         ArgumentError,
@@ -373,3 +313,84 @@ def check_slot_budget(
             f"{max(available // slot_length - 1, 0)} or --slot_length to {available // (num_candidates + 1)}, "
             "or pass --slot_positions per_slot"
         )
+
+
+# The tiny model the scripts build when no checkpoint is given: no pretrained weights are reachable offline, so the
+# default runs train a small RoBERTa from scratch with a tokenizer trained on the embedded corpus (minutes on 2 cores).
+TINY_ROBERTA = {
+    "hidden_size": 128,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 2,
+    "intermediate_size": 512,
+    "max_position_embeddings": 514,
+}
+
+
+@dataclasses.dataclass
+class LoraArguments:
+    """``--use_lora`` and its settings; a script's ``ModelArguments`` inherits them and calls :meth:`add_lora`.
+
+    The modules trained fully beside the adapters (the new heads, grown embeddings) are the family's
+    (``as2hub.modeling.lora.FULLY_TRAINED``)."""
+
+    use_lora: bool = dataclasses.field(
+        default=False, metadata={"help": "Fine-tune LoRA adapters (PEFT) instead of all weights."}
+    )
+    lora_r: int = 8
+    lora_alpha: int = 16
+    lora_dropout: float = 0.1
+    lora_target_modules: str = dataclasses.field(
+        default="query,value", metadata={"help": "Comma-separated module names."}
+    )
+
+    def add_lora(self, model):
+        """``model`` wrapped in LoRA adapters when ``--use_lora``, else ``model`` unchanged."""
+        if not self.use_lora:
+            return model
+        targets = [name.strip() for name in self.lora_target_modules.split(",") if name.strip()]
+        return add_lora(model, r=self.lora_r, alpha=self.lora_alpha, dropout=self.lora_dropout, target_modules=targets)
+
+
+DEFAULT_MAX_LENGTH = 256
+PAPER_WARMUP_STEPS = 1000
+SHORT_RUN_WARMUP_RATIO = 0.1
+
+
+@dataclass
+class AS2TrainingArguments(CPUFriendlyArguments, OverwriteArguments, TrainingArguments):
+    """TrainingArguments with the papers' fine-tuning defaults: linear warmup then linear decay (the "triangular"
+    schedule) with 1,000 warmup steps, or 10% of the run when it is shorter than 10,000 steps; no weight decay; clip
+    1.0; best checkpoint by dev MAP."""
+
+    output_dir: str | None = field(default="outputs/as2")
+    eval_strategy: str = field(default="epoch")
+    # "best" checkpoints whenever dev MAP improves, whatever --eval_strategy is (epoch or steps).
+    save_strategy: str = field(default="best")
+    load_best_model_at_end: bool = field(default=True)
+    metric_for_best_model: str | None = field(default="map")
+    greater_is_better: bool | None = field(default=True)
+    save_total_limit: int | None = field(default=2)
+    report_to: None | str | list[str] = field(default="none")
+    logging_steps: float = field(default=50)
+    weight_decay: float = field(default=0.0)
+    # The collator reads token columns the model's forward does not name; Trainer must not drop them.
+    remove_unused_columns: bool = field(default=False)
+    max_grad_norm: float = field(default=1.0)
+    warmup_steps: float | None = field(
+        default=None,
+        metadata={
+            "help": "Linear warmup steps (>= 1) or ratio (< 1). Default: the papers' 1,000 steps (WikiQA), capped at "
+            "10%% of the run for runs shorter than 10,000 steps."
+        },
+    )
+
+    def __post_init__(self):
+        self.paper_warmup = self.warmup_steps is None
+        if self.paper_warmup:
+            self.warmup_steps = PAPER_WARMUP_STEPS
+        super().__post_init__()
+
+    def get_warmup_steps(self, num_training_steps: int) -> int:
+        if self.paper_warmup:
+            return min(PAPER_WARMUP_STEPS, math.ceil(SHORT_RUN_WARMUP_RATIO * num_training_steps))
+        return super().get_warmup_steps(num_training_steps)

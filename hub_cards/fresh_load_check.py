@@ -1,6 +1,6 @@
 """Load a folder about to be published in a process where as2hub cannot be imported; compare its outputs to the run's.
 
-Run by ``as2hub.run_scripts.publishing`` before any upload, as ``python fresh_load_check.py SPEC.json`` (without the
+Run by ``as2hub.hub_cards.push`` before any upload, as ``python fresh_load_check.py SPEC.json`` (without the
 working directory or this folder on ``sys.path``, and with an import hook that refuses ``as2hub``). This file
 imports only the standard library, torch, transformers (and peft for a LoRA adapter), exactly what a user of the
 published repository has. For each component of the spec (the model at the root, a LoRA adapter, a ``discriminator/``

@@ -10,6 +10,7 @@ with 2 distractor passages by default so that a tiny model reads it quickly. A s
 import collections
 import logging
 
+from as2hub.data_collators.as2_splits import EMBEDDED_SPLITS, embedded_as2_split
 from as2hub.data_collators.hotpotqa import (
     WIKIQA_QUESTION_TYPES,
     HotpotQAData,
@@ -18,7 +19,6 @@ from as2hub.data_collators.hotpotqa import (
     wikiqa_distractor,
 )
 from as2hub.modeling.longformer_qe.configuration_longformer_qe import DEFAULT_ANSWER_TYPES
-from as2hub.run_scripts.as2_datasets import EMBEDDED_SPLITS, embedded_as2_split
 
 logger = logging.getLogger(__name__)
 

@@ -17,7 +17,7 @@ import numpy as np
 import torch
 from transformers import Trainer
 
-from as2hub.run_scripts.stream_resume import StreamStateMixin
+from as2hub.data_collators.stream_resume import StreamStateMixin
 
 COMPONENTS = ("mlm_loss", "rtd_loss", "cls_loss", "cls_accuracy", "rtd_accuracy")
 

@@ -1,76 +1,19 @@
-"""Writing run outputs so that nothing is ever half-written: temp file (or folder) first, then an atomic rename."""
+"""What a run leaves behind: ranked test predictions and the Hub folder (weights, remote code, run record, card),
+written atomically (``as2hub.modeling.files``)."""
 
-import contextlib
 import json
-import os
-import shutil
-import tempfile
 from collections import defaultdict
 from pathlib import Path
 
 import numpy as np
 
-
-def write_json_atomic(path, data) -> None:
-    write_text_atomic(path, json.dumps(data, indent=2, default=float) + "\n")
-
-
-def write_text_atomic(path, text: str) -> None:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.NamedTemporaryFile("w", dir=path.parent, prefix=f".{path.name}.", delete=False) as handle:
-        handle.write(text)
-    os.chmod(handle.name, 0o644)  # NamedTemporaryFile creates 0600; results are meant to be shared
-    os.replace(handle.name, path)
-
-
-# Moved last, so that the folder never pairs a new config.json with the previous run's weights mid-move.
-_LAST = ("config.json",)
-
-
-def _move_into(staging: Path, output_dir: Path) -> None:
-    """Rename every item of ``staging`` into ``output_dir`` (replacing what is there), ``config.json`` last."""
-    for item in sorted(staging.iterdir(), key=lambda path: path.name in _LAST):
-        target = output_dir / item.name
-        if target.is_dir() and not target.is_symlink():
-            shutil.rmtree(target)
-        os.replace(item, target)
-
-
-@contextlib.contextmanager
-def staged_folder(output_dir):
-    """Write a model folder's files into a hidden staging folder inside ``output_dir``; they replace the folder's
-    files only when the block ends without an error (a crash or an exception while saving leaves the previous model
-    intact and the staging folder removed).
-
-    Example::
-
-        with staged_folder("outputs/run") as staging:
-            model.save_pretrained(staging)
-            tokenizer.save_pretrained(staging)
-    """
-    output_dir = Path(output_dir)
-    output_dir.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(dir=output_dir, prefix=".staging-"))
-    try:
-        yield staging
-        _move_into(staging, output_dir)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
-
-
-def positive_scores(logits: np.ndarray, config) -> np.ndarray:
-    """Probability of "correct" from raw logits: sigmoid of a single logit, or the positive class's softmax."""
-    logits = np.asarray(logits, dtype=np.float64)
-    if logits.ndim == 1 or logits.shape[-1] == 1:
-        return 1.0 / (1.0 + np.exp(-logits.reshape(-1)))
-    shifted = np.exp(logits - logits.max(axis=-1, keepdims=True))
-    return (shifted / shifted.sum(axis=-1, keepdims=True))[:, config.label2id.get("correct", logits.shape[-1] - 1)]
+from as2hub.modeling.files import staged_folder, write_text_atomic
+from as2hub.modeling.scores import probability_of_correct
 
 
 def write_ranked_predictions(output_dir, dataset, logits, model, name: str = "test_predictions.jsonl") -> None:
     """One JSON line per question: its candidates sorted by score, with their gold labels."""
-    scores = positive_scores(logits, model.config)
+    scores = probability_of_correct(np.asarray(logits, dtype=np.float64), model.config).numpy()
     by_question = defaultdict(list)
     for row, score in zip(dataset, scores.tolist()):
         by_question[row["question_id"]].append((score, row))
@@ -115,8 +58,8 @@ def save_hub_folder(
         save_hub_folder(model, tokenizer, out, model_args, data_args, results, training_args,
                         family="joint_multicandidate", auto_class="AutoModel", batch=collator(features))
     """
+    from as2hub.hub_cards.run_record import REFERENCE_PAIRS, component, record_run
     from as2hub.modeling.ranking import context_text_pair
-    from as2hub.run_scripts.publishing import REFERENCE_PAIRS, component, record_run
 
     output_dir = Path(output_dir)
     extras = dict(extras or {})

@@ -1,0 +1,32 @@
+"""The probability that a candidate is correct, from a ranker's raw logits: the one rule every scorer outside the
+remote code shares (``Ranker``'s ONNX backend, ``JointRanker``, the run scripts' prediction files).
+
+The remote-code models carry the same rule as ``logits_to_scores``; this copy exists because the library must not
+import a Hub folder's code to read an exported graph's logits.
+
+    >>> import torch
+    >>> from transformers import PretrainedConfig
+    >>> config = PretrainedConfig(label2id={"incorrect": 0, "correct": 1})
+    >>> probability_of_correct(torch.tensor([[0.0, 0.0]]), config)
+    tensor([0.5000])
+"""
+
+from __future__ import annotations
+
+import torch
+
+# Joint multi-candidate models: one sigmoid per candidate slot for ``*_k`` heads, label probabilities for ``*_1``.
+JOINT_MODEL_TYPES = ("joint_roberta", "joint_electra", "joint_bert")
+
+
+def probability_of_correct(logits, config) -> torch.Tensor:
+    """Sigmoid of a single logit, else the softmax probability of the ``"correct"`` label (the last label when the
+    config names none). Joint models: per-candidate sigmoids for ``*_k`` heads (``(batch, k)``), label probabilities
+    for ``*_1`` heads. Computed in float32 (float64 logits stay float64), whatever the logits' dtype."""
+    logits = torch.as_tensor(logits)
+    logits = logits if logits.dtype == torch.float64 else logits.float()
+    if getattr(config, "model_type", None) in JOINT_MODEL_TYPES:
+        return torch.sigmoid(logits) if config.candidate_head else logits.softmax(-1)
+    if logits.ndim == 1 or logits.shape[-1] == 1:
+        return torch.sigmoid(logits.reshape(-1))
+    return logits.softmax(-1)[:, config.label2id.get("correct", logits.shape[-1] - 1)]
