@@ -1,0 +1,420 @@
+"""as2hub-serve: Ray Serve reranking over loopback. Both request shapes give Ranker's (JointRanker's) scores, bad input
+answers 4xx and the service keeps answering, a replica killed mid-request fails cleanly and the service recovers.
+
+The in-process tests (RerankScorer: batching requests together gives each request's own scores) need no Ray; the
+loopback tests start one local Ray instance with Serve for the module (about 30 s on 2 cores) and stop it at the end.
+"""
+
+import importlib.util
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+
+import pytest
+import torch
+from transformers import AutoTokenizer
+
+from as2hub.modeling import CONTEXTUAL_MODELS, JointMultiCandidateModel
+from as2hub.modeling.joint_ranking import JointRanker
+from as2hub.modeling.ranking import Ranker
+from as2hub.run_scripts.serve import Query, RerankScorer, ServeConfig, check_folders, raw_score
+
+HAS_SERVE = all(importlib.util.find_spec(name) is not None for name in ("ray", "fastapi"))
+needs_serve = pytest.mark.skipif(not HAS_SERVE, reason='the serve extra is not installed: pip install "as2hub[serve]"')
+
+MAX_LENGTH = 128  # the tiny stock checkpoints have 136 positions
+K, L = 3, 16
+QUESTION = "What is a generator?"
+TEXTS = [
+    "A function that yields values lazily, one at a time.",
+    "It is a kind of loop.",
+    "Generators are iterators built by yield.",
+    "No.",
+    "The module reference describes the import statement and how modules are found.",
+    "A tuple is immutable.",
+]
+CONTEXTS = ["Iterators are objects.", None, "", "Prose around it.", "Modules are objects.", None]
+OTHER = ("How are modules found?", ["The import system searches sys.path.", "Lists are mutable.", "Yes."])
+
+
+def spread(model, score, seed):
+    """Move every weight off its init and scale the last linear layer so that scores spread around 0.5 (a test where
+    every score is 0.99 could not fail)."""
+    torch.manual_seed(seed)
+    with torch.no_grad():
+        for parameter in model.parameters():
+            parameter.add_(0.05 * torch.randn_like(parameter))
+        last = [module for module in model.classifier.modules() if isinstance(module, torch.nn.Linear)][-1]
+        captured = []
+        handle = last.register_forward_hook(lambda module, args, output: captured.append(output.reshape(-1)))
+        score(model)
+        handle.remove()
+        logits = torch.cat(captured)
+        scale = 2.0 / logits.std()
+        last.weight.mul_(scale)
+        last.bias.mul_(scale).sub_(logits.mean() * scale)
+    return model
+
+
+def tiny_ranker(stock_checkpoint, folder, contextual, seed=1):
+    source = stock_checkpoint("bert")
+    tokenizer = AutoTokenizer.from_pretrained(source)
+    torch.manual_seed(0)
+    model = CONTEXTUAL_MODELS["bert"][1].from_pretrained(
+        source, contextual=contextual, sep_token_id=tokenizer.sep_token_id
+    )
+
+    def score(m):
+        contexts = [c or "" for c in CONTEXTS] if contextual else None
+        Ranker(m, tokenizer, max_length=MAX_LENGTH).score_pairs([QUESTION] * len(TEXTS), TEXTS, contexts)
+
+    spread(model, score, seed).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+def tiny_joint(stock_checkpoint, folder, seed=2):
+    source = stock_checkpoint("bert")
+    tokenizer = AutoTokenizer.from_pretrained(source)
+    torch.manual_seed(0)
+    model = JointMultiCandidateModel.from_pretrained(
+        source, num_candidates=K, slot_length=L, head="AE_k", pad_token_id=tokenizer.pad_token_id
+    )
+    spread(model.eval(), lambda m: JointRanker(m, tokenizer).score(QUESTION, TEXTS), seed).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def folders(stock_checkpoint, tmp_path_factory):
+    root = tmp_path_factory.mktemp("serve-models")
+    return {
+        "pairwise": tiny_ranker(stock_checkpoint, root / "pairwise", contextual=False, seed=3),
+        "contextual": tiny_ranker(stock_checkpoint, root / "contextual", contextual=True, seed=1),
+        "joint": tiny_joint(stock_checkpoint, root / "joint"),
+    }
+
+
+def config(folders, model, pairwise=None, **kwargs):
+    return ServeConfig(
+        model=str(folders[model]), pairwise=pairwise and str(folders[pairwise]), max_length=MAX_LENGTH, **kwargs
+    )
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# In process: batching requests together changes nothing
+
+
+def test_a_batch_of_requests_gives_each_requests_own_ranker_scores(folders):
+    scorer = RerankScorer(config(folders, "contextual", batch_size=4))
+    ranker = Ranker.from_pretrained(folders["contextual"], max_length=MAX_LENGTH)
+    contexts = [c or "" for c in CONTEXTS]
+    got = scorer.rank_many([Query(QUESTION, TEXTS, contexts), Query(*OTHER), Query(QUESTION, TEXTS)])
+    for ranked, (question, texts, ctx) in zip(
+        got, [(QUESTION, TEXTS, contexts), (*OTHER, None), (QUESTION, TEXTS, None)]
+    ):
+        expected = ranker.rank(question, texts, ctx)
+        assert [r.index for r in ranked] == [r.index for r in expected]
+        assert [r.score for r in ranked] == pytest.approx([r.score for r in expected], abs=1e-5)
+    assert max(r.score for r in got[0]) - min(r.score for r in got[0]) > 0.2  # scores spread: not a constant
+    assert [r.score for r in got[0]] != pytest.approx([r.score for r in got[2]], abs=1e-3)  # contexts count
+
+
+def test_the_cascade_and_a_joint_model_alone_rank_as_joint_ranker(folders):
+    cascade = RerankScorer(config(folders, "joint", pairwise="pairwise"))
+    joint_alone = RerankScorer(config(folders, "joint"))
+    assert (cascade.kind, joint_alone.kind, cascade.contextual) == ("cascade", "joint", False)
+    reference = JointRanker.from_pretrained(
+        folders["joint"], pairwise=Ranker.from_pretrained(folders["pairwise"], max_length=MAX_LENGTH)
+    )
+    alone = JointRanker.from_pretrained(folders["joint"])
+    queries = [Query(QUESTION, TEXTS), Query(*OTHER)]
+    for scorer, ranker in ((cascade, reference), (joint_alone, alone)):
+        for ranked, query in zip(scorer.rank_many(queries), queries):
+            expected = ranker.rank(query.question, query.texts)
+            assert [(r.index, r.stage) for r in ranked] == [(r.index, r.stage) for r in expected]
+            assert [r.score for r in ranked] == pytest.approx([r.score for r in expected], abs=1e-5)
+    assert [r.stage for r in cascade.rank_many(queries)[0]].count("joint") == K
+
+
+def test_one_failing_request_fails_alone(folders, monkeypatch):
+    scorer = RerankScorer(config(folders, "pairwise"))
+    original = scorer.rank_many
+
+    def fragile(queries):
+        if any(q.question == "boom" for q in queries):
+            raise RuntimeError("boom")
+        return original(queries)
+
+    monkeypatch.setattr(scorer, "rank_many", fragile)
+    good, bad = scorer.rank_each([Query(QUESTION, TEXTS), Query("boom", ["x"])])
+    assert isinstance(bad, RuntimeError) and len(good) == len(TEXTS)
+
+
+def test_raw_scores_are_logits_and_stay_finite():
+    assert raw_score(0.5) == 0.0 and raw_score(0.7310585786) == pytest.approx(1.0, abs=1e-6)
+    assert raw_score(1.0) == pytest.approx(16.118, abs=1e-3) and raw_score(0.0) == pytest.approx(-raw_score(1.0))
+
+
+def test_wrong_folders_are_named_before_ray_starts(folders, tmp_path):
+    from as2hub.modeling.onnx_backend import NotAnAS2hubRankerError
+    from as2hub.run_scripts.serve import ArgumentError
+
+    with pytest.raises(FileNotFoundError, match="no such model folder"):
+        check_folders(ServeConfig(model=str(tmp_path / "missing")))
+    with pytest.raises(NotAnAS2hubRankerError, match="no config.json"):
+        check_folders(ServeConfig(model=str(tmp_path)))
+    with pytest.raises(ArgumentError, match="not a joint model"):
+        check_folders(config(folders, "pairwise", pairwise="contextual"))
+    with pytest.raises(ArgumentError, match="max_texts"):
+        check_folders(config(folders, "pairwise", max_texts=0))
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Over loopback
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def wait_healthy(url: str, timeout: float, process=None) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process is not None and process.poll() is not None:
+            raise AssertionError(f"the server exited with {process.returncode}: {process.stdout.read()[-3000:]}")
+        try:
+            if request(f"{url}/health", timeout=5).status_code == 200:
+                return
+        except OSError:
+            pass
+        time.sleep(0.5)
+    raise AssertionError(f"{url}/health did not answer 200 within {timeout} s")
+
+
+@needs_serve
+@pytest.mark.slow
+def test_the_command_serves_a_folder_and_stops_on_sigint(folders):
+    """``as2hub-serve FOLDER --port P``: starts its own Ray, answers, and Ctrl-C stops it (exit 0)."""
+    port = free_port()
+    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0"}
+    command = [sys.executable, "-m", "as2hub.run_scripts.serve", str(folders["pairwise"]), "--port", str(port)]
+    command += ["--threads", "1", "--max_length", str(MAX_LENGTH)]
+    process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        wait_healthy(f"http://127.0.0.1:{port}", 150, process)
+        answer = post(f"http://127.0.0.1:{port}/rerank", {"query": QUESTION, "texts": TEXTS})
+        assert answer.status_code == 200 and sorted(r["index"] for r in answer.json()) == list(range(len(TEXTS)))
+        process.send_signal(signal.SIGINT)
+        output, _ = process.communicate(timeout=60)
+        assert process.returncode == 0, output[-3000:]
+        assert "as2hub-serve: stopping" in output
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.communicate()
+
+
+@pytest.fixture(scope="module")
+def service(folders):
+    """One local Ray + Serve for the module: /ctx (contextual, one replica) and /cascade (joint + pairwise)."""
+    if not HAS_SERVE:
+        pytest.skip('the serve extra is not installed: pip install "as2hub[serve]"')
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    import ray
+    from ray import serve
+
+    from as2hub.run_scripts.serve import build_app
+
+    ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False)
+    try:
+        port = free_port()
+        serve.start(http_options={"host": "127.0.0.1", "port": port})
+        limits = {"max_texts": 2000, "threads": 1}
+        serve.run(build_app(config(folders, "contextual", **limits)), name="ctx", route_prefix="/ctx", blocking=False)
+        cascade = config(folders, "joint", pairwise="pairwise", **limits)
+        serve.run(build_app(cascade), name="cascade", route_prefix="/cascade", blocking=False)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        serve.shutdown()
+        ray.shutdown()
+
+
+class Answer:
+    def __init__(self, status_code: int, text: str):
+        self.status_code, self.text = status_code, text
+
+    def json(self):
+        return json.loads(self.text)
+
+
+def request(url, data: bytes | None = None, timeout=30) -> Answer:
+    """A loopback HTTP call with the standard library (no client dependency); an HTTP error is an answer too."""
+    headers = {"content-type": "application/json"} if data is not None else {}
+    try:
+        with urllib.request.urlopen(urllib.request.Request(url, data=data, headers=headers), timeout=timeout) as r:
+            return Answer(r.status, r.read().decode())
+    except urllib.error.HTTPError as error:
+        return Answer(error.code, error.read().decode())
+
+
+def post(url, payload=None, content=None, timeout=30) -> Answer:
+    return request(url, content if content is not None else json.dumps(payload).encode(), timeout)
+
+
+@needs_serve
+@pytest.mark.slow
+def test_both_request_shapes_give_ranker_scores(service, folders):
+    ranker = Ranker.from_pretrained(folders["contextual"], max_length=MAX_LENGTH)
+    expected = ranker.rank(QUESTION, TEXTS, [c or "" for c in CONTEXTS])
+    tei = post(f"{service}/ctx/rerank", {"query": QUESTION, "texts": TEXTS, "contexts": CONTEXTS, "return_text": True})
+    assert tei.status_code == 200, tei.text
+    assert [r["index"] for r in tei.json()] == [r.index for r in expected]
+    assert [r["score"] for r in tei.json()] == pytest.approx([r.score for r in expected], abs=1e-5)
+    assert [r["text"] for r in tei.json()] == [r.text for r in expected]
+    raw = post(f"{service}/ctx/rerank", {"query": QUESTION, "texts": TEXTS, "contexts": CONTEXTS, "raw_scores": True})
+    assert [r["score"] for r in raw.json()] == pytest.approx([raw_score(r.score) for r in expected], abs=1e-4)
+
+    documents = [t if c is None else {"text": t, "context": c} for t, c in zip(TEXTS, CONTEXTS)]
+    cohere = post(f"{service}/ctx/v1/rerank", {"query": QUESTION, "documents": documents, "top_n": 3, "model": "x"})
+    assert cohere.status_code == 200, cohere.text
+    results = cohere.json()["results"]
+    assert [r["index"] for r in results] == [r.index for r in expected[:3]]
+    assert [r["relevance_score"] for r in results] == pytest.approx([r.score for r in expected[:3]], abs=1e-5)
+    with_docs = post(f"{service}/ctx/v1/rerank", {"query": QUESTION, "documents": TEXTS, "return_documents": True})
+    plain = ranker.rank(QUESTION, TEXTS)  # no contexts: Ranker's empty contexts
+    assert [r["document"]["text"] for r in with_docs.json()["results"]] == [r.text for r in plain]
+    assert [r["relevance_score"] for r in with_docs.json()["results"]] == pytest.approx(
+        [r.score for r in plain], abs=1e-5
+    )
+
+    health = request(f"{service}/ctx/health")
+    info = request(f"{service}/ctx/info")
+    assert health.json() == {"status": "ok"} and info.json()["kind"] == "contextual"
+
+
+@needs_serve
+@pytest.mark.slow
+def test_the_cascade_over_http_equals_joint_ranker(service, folders):
+    reference = JointRanker.from_pretrained(
+        folders["joint"], pairwise=Ranker.from_pretrained(folders["pairwise"], max_length=MAX_LENGTH)
+    )
+    expected = reference.rank(QUESTION, TEXTS)
+    got = post(f"{service}/cascade/rerank", {"query": QUESTION, "texts": TEXTS}).json()
+    assert [(r["index"], r["stage"]) for r in got] == [(r.index, r.stage) for r in expected]
+    assert [r["score"] for r in got] == pytest.approx([r.score for r in expected], abs=1e-5)
+    refused = post(f"{service}/cascade/rerank", {"query": QUESTION, "texts": TEXTS, "contexts": CONTEXTS})
+    assert refused.status_code == 422 and "not contextual" in refused.json()["error"]
+
+
+@needs_serve
+@pytest.mark.slow
+def test_concurrent_clients_are_batched_and_each_gets_its_own_answer(service, folders):
+    ranker = Ranker.from_pretrained(folders["contextual"], max_length=MAX_LENGTH)
+    questions = [f"{QUESTION} ({i})" if i % 2 else OTHER[0] for i in range(24)]
+    answers = [None] * len(questions)
+
+    def client(i):
+        answers[i] = post(f"{service}/ctx/rerank", {"query": questions[i], "texts": TEXTS})
+
+    threads = [threading.Thread(target=client, args=(i,)) for i in range(len(questions))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    for question, answer in zip(questions, answers):
+        assert answer is not None and answer.status_code == 200
+        expected = ranker.rank(question, TEXTS)
+        assert [r["index"] for r in answer.json()] == [r.index for r in expected]
+        assert [r["score"] for r in answer.json()] == pytest.approx([r.score for r in expected], abs=1e-5)
+
+
+BAD_INPUT = [
+    ("malformed JSON", b'{"query": "q", "texts": ["a"', 422, "JSON"),
+    ("missing query", {"texts": ["a"]}, 422, "query"),
+    ("empty texts", {"query": "q", "texts": []}, 422, "texts"),
+    ("too many texts", {"query": "q", "texts": ["a"] * 2001}, 413, "at most 2000"),
+    ("non-string text", {"query": "q", "texts": ["a", 3]}, 422, "texts.1"),
+    ("non-string query", {"query": ["q"], "texts": ["a"]}, 422, "query"),
+    ("texts not a list", {"query": "q", "texts": "a"}, 422, "texts"),
+    ("contexts of the wrong length", {"query": "q", "texts": ["a", "b"], "contexts": ["c"]}, 422, "1 items for 2"),
+    ("top_n of 0", {"query": "q", "documents": ["a"], "top_n": 0}, 422, "top_n"),
+    ("non-string document", {"query": "q", "documents": [{"context": "c"}]}, 422, "documents.0"),
+]
+
+
+@needs_serve
+@pytest.mark.slow
+def test_bad_input_answers_4xx_with_a_message_and_the_service_keeps_answering(service):
+    for name, payload, status, message in BAD_INPUT:
+        path = "/ctx/v1/rerank" if "documents" in str(payload) else "/ctx/rerank"
+        if isinstance(payload, bytes):
+            answer = post(f"{service}{path}", content=payload)
+        else:
+            answer = post(f"{service}{path}", payload)
+        assert answer.status_code == status, (name, answer.status_code, answer.text)
+        assert message in answer.json()["error"], (name, answer.json())
+        good = post(f"{service}/ctx/rerank", {"query": "q", "texts": ["a", "b"]})
+        assert good.status_code == 200, (name, good.text)
+    long_text = "generators yield values " * 2000  # ~10k tokens, far beyond max_length: truncated, not an error
+    answer = post(f"{service}/ctx/rerank", {"query": QUESTION, "texts": [long_text, "No."]})
+    assert answer.status_code == 200 and len(answer.json()) == 2
+
+
+@needs_serve
+@pytest.mark.slow
+def test_a_replica_killed_mid_request_fails_cleanly_and_the_service_recovers(service, folders):
+    import ray
+
+    url = f"{service}/ctx/rerank"
+    big = {"query": QUESTION, "texts": [f"{i} " + "generators yield values lazily " * 300 for i in range(600)]}
+    started = time.monotonic()
+    baseline = post(url, big, timeout=120)
+    took = time.monotonic() - started
+    assert baseline.status_code == 200
+    replicas = [
+        a for a in ray.util.list_named_actors(all_namespaces=True) if a["name"].startswith("SERVE_REPLICA::ctx#")
+    ]
+    assert len(replicas) == 1, replicas
+    outcome = {}
+
+    def client():
+        try:
+            outcome["answer"] = post(url, big, timeout=120)
+        except Exception as error:  # noqa: BLE001 - a clean failure is an HTTP error, checked below
+            outcome["error"] = error
+
+    thread = threading.Thread(target=client)
+    thread.start()
+    time.sleep(min(max(0.2, took / 3), 5.0))
+    in_flight = thread.is_alive()
+    ray.kill(ray.get_actor(replicas[0]["name"], namespace=replicas[0]["namespace"]), no_restart=True)
+    thread.join(150)
+    assert not thread.is_alive(), "the request in flight did not end within 150 s"
+    assert in_flight, f"the request ended before the kill (took {took:.2f} s alone): make it bigger"
+    assert "error" not in outcome, f"no HTTP answer: {outcome.get('error')!r}"
+    answer = outcome["answer"]
+    print(f"alone {took:.2f} s; killed mid-request -> {answer.status_code} {answer.text[:200]!r}")
+    assert answer.status_code == 200 or answer.status_code >= 500, answer.text
+    if answer.status_code == 200:  # retried on the new replica
+        assert answer.json() == baseline.json()
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        again = post(url, {"query": QUESTION, "texts": TEXTS})
+        if again.status_code == 200:
+            break
+        time.sleep(1)
+    assert again.status_code == 200, again.text
+    ranker = Ranker.from_pretrained(folders["contextual"], max_length=MAX_LENGTH)
+    assert [r["score"] for r in again.json()] == pytest.approx(
+        [r.score for r in ranker.rank(QUESTION, TEXTS)], abs=1e-5
+    )
