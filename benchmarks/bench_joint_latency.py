@@ -61,10 +61,12 @@ def parse_args(argv=None):
 
 def build_models(path: str, k: int, slot_length: int):
     from as2hub.modeling import BertForContextualAS2, JointMultiCandidateModel
-    from as2hub.run_scripts.arguments import transformers_quiet
+    from as2hub.modeling.loading import transformers_quiet
 
     with transformers_quiet():
-        joint = JointMultiCandidateModel.from_pretrained(path, num_candidates=k, slot_length=slot_length, head="AE_k")
+        joint = JointMultiCandidateModel.from_pretrained(
+            path, num_candidates=k, slot_length=slot_length, head="AE_k", first_token_attention="all"
+        )
         own_slot = JointMultiCandidateModel.from_pretrained(
             path, num_candidates=k, slot_length=slot_length, head="AE_k", first_token_attention="own_slot"
         )

@@ -197,7 +197,8 @@ def run_system(args, name: str, weight: float) -> tuple[dict, dict]:
     started, start = now_iso(), time.perf_counter()
     results = run_qe_contrastive.main(argv)
     wall = time.perf_counter() - start
-    from as2hub.data_collators.hotpotqa import to_official_gold, wikiqa_distractor
+    from as2hub.data_collators.hotpotqa import to_official_gold
+    from as2hub.data_collators.qe_tasks import wikiqa_distractor
 
     gold = {g["_id"]: g["supporting_facts"] for g in to_official_gold(wikiqa_distractor("test").dataset)}
     per_q = per_question(output_dir, gold, weight)

@@ -90,9 +90,9 @@ def finetune_args(args):
 
 def _wikiqa_documents(split: str) -> dict[str, dict[int, str]]:
     """DocumentID -> {sentence index: sentence} from the raw WikiQA file (no labels, no questions kept)."""
-    from as2hub.data_collators.as2_data import _resolve_wikiqa
+    from as2hub.data_collators.as2_data import resolve_wikiqa
 
-    path = _resolve_wikiqa(split, None)
+    path = resolve_wikiqa(split, None)
     documents: dict[str, dict[int, str]] = defaultdict(dict)
     opener = gzip.open if path.suffix == ".gz" else open
     with opener(path, "rt", encoding="utf-8-sig", newline="") as handle:

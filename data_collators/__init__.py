@@ -17,19 +17,14 @@ from .corpus import (
     split_document,
 )
 from .fv_data import FEVER_LABELS, FactVerificationDataError, FVData, load_fv_data
-from .hotpotqa import (
-    HotpotQACollator,
-    HotpotQAData,
-    HotpotQAEncoder,
-    HotpotQAError,
-    add_marker_tokens,
-    read_hotpotqa,
-    wikiqa_distractor,
-)
+from .hotpotqa import HotpotQAData, HotpotQAError, read_hotpotqa
+from .hotpotqa_encoding import HotpotQACollator, HotpotQAEncoder
+from .hotpotqa_markers import add_marker_tokens
 from .joint_collator import JointCollator
 from .joint_data import GROUPINGS, ScoreColumn, group_candidates
 from .pretraining_collator import PretrainingCollator, default_max_length, tokenize_pretraining
 from .pretraining_data import StructurePretrainingIterableDataset, example_features, generate_pretraining_dataset
+from .qe_tasks import wikiqa_distractor
 from .sentence_splitter import get_sentence_tokenizer, install_punkt_tab, split_sentences
 from .structure_objectives import (
     IGNORE_LABEL,

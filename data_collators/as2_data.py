@@ -32,7 +32,6 @@ from __future__ import annotations
 import csv
 import hashlib
 import io
-import json
 import logging
 import math
 import numbers
@@ -45,7 +44,7 @@ from typing import Any
 
 import datasets
 
-from .text_files import read_text, split_lines
+from .text_files import base_suffix, open_text, read_json_records
 
 logger = logging.getLogger(__name__)
 
@@ -113,7 +112,7 @@ class AS2Data:
 # Locating and opening files
 
 
-def _default_wikiqa_root() -> Path:
+def default_wikiqa_root() -> Path:
     """``$AS2HUB_WIKIQA_DIR``, else ``../shared/data/wikiqa`` seen from the working directory (a project checkout)
     or from the source tree (an editable install); the first that exists."""
     env = os.environ.get(WIKIQA_ENV_VAR)
@@ -126,7 +125,7 @@ def _default_wikiqa_root() -> Path:
     return next((path for path in candidates if path.is_dir()), candidates[0])
 
 
-def _resolve_wikiqa(path_or_split: str | os.PathLike, root: str | os.PathLike | None) -> Path:
+def resolve_wikiqa(path_or_split: str | os.PathLike, root: str | os.PathLike | None) -> Path:
     split = str(path_or_split)
     if split == "validation":
         split = "dev"
@@ -136,7 +135,7 @@ def _resolve_wikiqa(path_or_split: str | os.PathLike, root: str | os.PathLike | 
         elif os.environ.get(WIKIQA_ENV_VAR):
             base, origin = Path(os.environ[WIKIQA_ENV_VAR]), f"${WIKIQA_ENV_VAR}"
         else:
-            base, origin = _default_wikiqa_root(), "default <project>/../shared/data/wikiqa"
+            base, origin = default_wikiqa_root(), "default <project>/../shared/data/wikiqa"
         candidates = [base / f"WikiQA-{split}.tsv.gz", base / f"WikiQA-{split}.tsv"]
         for candidate in candidates:
             if candidate.is_file():
@@ -154,18 +153,8 @@ def _resolve_wikiqa(path_or_split: str | os.PathLike, root: str | os.PathLike | 
     return path
 
 
-def _open_text(path: Path, error: type[Exception] | None = None, desc: str | None = None) -> io.TextIOBase:
-    """A UTF-8 text file (gzip-compressed if its name ends in .gz) decoded whole, BOM removed, without newline
-    translation (as csv wants); invalid UTF-8 raises ``error`` (default :class:`AS2DataError`) naming the line."""
-    return io.StringIO(read_text(path, error or AS2DataError, desc), newline="")
-
-
-def _base_suffix(path: Path) -> str:
-    """Lower-case suffix ignoring a trailing .gz: ``WikiQA-dev.tsv.gz`` -> ``.tsv``."""
-    name = path.name.lower()
-    if name.endswith(".gz"):
-        name = name[:-3]
-    return Path(name).suffix
+def _open_text(path: Path, desc: str | None = None) -> io.TextIOBase:
+    return open_text(path, AS2DataError, desc)
 
 
 def _first_line(path: Path) -> str:
@@ -478,7 +467,7 @@ def read_wikiqa(
         >>> first["position"], first["context"]  # doctest: +SKIP
         (0, 'The ice facade is approximately 60 m high')
     """
-    path = _resolve_wikiqa(path_or_split, root)
+    path = resolve_wikiqa(path_or_split, root)
     desc = str(path)
     with _open_text(path) as f:
         reader = csv.reader(f, delimiter="\t", quoting=csv.QUOTE_NONE)
@@ -568,40 +557,12 @@ def _columns_from_records(records: Iterable[dict[str, Any]]) -> dict[str, list[A
 
 
 def _read_json_file(path: Path, desc: str) -> tuple[dict[str, list[Any]], int, _Where]:
-    with _open_text(path, desc=desc) as f:
-        text = f.read()
-    records: list[dict[str, Any]] = []
-    if text.lstrip("\ufeff \t\r\n").startswith("["):  # a JSON array of objects
-        try:
-            parsed = json.loads(text)
-        except json.JSONDecodeError as err:
-            raise AS2DataError(f"{desc}: invalid JSON at line {err.lineno}: {err.msg}") from None
-        except RecursionError:
-            raise AS2DataError(f"{desc}: JSON nested too deeply") from None
-        for k, record in enumerate(parsed):
-            if not isinstance(record, dict):
-                raise AS2DataError(f"{desc}: record {k + 1}: expected a JSON object, got {_type_name(record)}")
-            records.append(record)
+    parsed = list(read_json_records(path, AS2DataError, desc))
+    records = [record.value for record in parsed]
+    if parsed and parsed[0].line is None:  # a JSON array of objects
         where = _Where(desc, lambda i: f"record {i + 1} (index {i})")
     else:  # JSON lines
-        lines: list[int] = []
-        for number, line in enumerate(split_lines(text), start=1):
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except (json.JSONDecodeError, RecursionError) as err:
-                problem = err.msg if isinstance(err, json.JSONDecodeError) else "nested too deeply"
-                raise AS2DataError(
-                    f"{desc}: line {number} (data row {len(lines) + 1}): invalid JSON: {problem}"
-                ) from None
-            if not isinstance(record, dict):
-                raise AS2DataError(
-                    f"{desc}: line {number} (data row {len(lines) + 1}): expected a JSON object, got {_type_name(record)}"
-                )
-            records.append(record)
-            lines.append(number)
-        where = _file_rows(desc, lines)
+        where = _file_rows(desc, [record.line for record in parsed])
         where.header = "all records"
     missing = [c for c in _REQUIRED if not any(c in r for r in records)]
     if records and not missing:
@@ -724,7 +685,7 @@ def load_as2_data(
     path = Path(source)
     if path.is_file():
         desc = description or str(path)
-        suffix = _base_suffix(path)
+        suffix = base_suffix(path)
         if suffix in _JSON_SUFFIXES:
             columns, n_rows, where = _read_json_file(path, desc)
             return _build(columns, n_rows, where, desc, clean)
@@ -751,7 +712,7 @@ def load_as2_data(
     if not path.exists():
         if str(source).lower() == "wikiqa":
             return read_wikiqa(split, clean=clean)
-        if _base_suffix(path) in _JSON_SUFFIXES + _CSV_SUFFIXES + _TSV_SUFFIXES:
+        if base_suffix(path) in _JSON_SUFFIXES + _CSV_SUFFIXES + _TSV_SUFFIXES:
             raise FileNotFoundError(f"AS2 data file not found: {path}")
     loaded = datasets.load_dataset(str(source), split=split, **load_dataset_kwargs)
     desc = description or f"dataset {str(source)!r} (split {split!r})"

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import dataclasses
 import glob
-import json
 import logging
 import os
 import re
@@ -39,7 +38,7 @@ from typing import Any
 import datasets
 
 from .sentence_splitter import split_sentences
-from .text_files import lone_surrogate, read_text, split_lines
+from .text_files import lone_surrogate, read_json_records, read_text
 
 logger = logging.getLogger(__name__)
 
@@ -204,15 +203,11 @@ def _read_text_file(path: str, config: CorpusConfig) -> Iterator[tuple[str, str]
 
 
 def _read_json_lines(path: str, config: CorpusConfig) -> Iterator[tuple[str, str]]:
-    content = read_text(path, CorpusError, f"corpus file {path}", config.encoding)
-    for line_number, line in enumerate(split_lines(content), start=1):
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-        except (json.JSONDecodeError, RecursionError) as err:
-            problem = err if isinstance(err, json.JSONDecodeError) else "nested too deeply"
-            raise CorpusError(f"{path}:{line_number}: invalid JSON: {problem}") from None
+    desc = f"corpus file {path}"
+    for parsed in read_json_records(
+        path, CorpusError, desc, encoding=config.encoding, arrays=False, objects_only=False
+    ):
+        line_number, record = parsed.line, parsed.value
         if not isinstance(record, dict) or config.text_field not in record:
             keys = sorted(record) if isinstance(record, dict) else type(record).__name__
             raise CorpusError(f"{path}:{line_number}: record has no text field {config.text_field!r} (found: {keys})")

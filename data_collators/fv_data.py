@@ -18,7 +18,6 @@ Example:
 
 from __future__ import annotations
 
-import json
 import logging
 import numbers
 import os
@@ -29,8 +28,8 @@ from typing import Any
 
 import datasets
 
-from .as2_data import AS2DataError, _open_text
-from .text_files import lone_surrogate
+from .as2_data import AS2DataError
+from .text_files import lone_surrogate, read_json_records
 
 logger = logging.getLogger(__name__)
 
@@ -84,58 +83,40 @@ def load_fv_data(path: str | os.PathLike, labels: tuple[str, ...] | list[str] = 
     desc = str(path)
     columns: dict[str, list] = {name: [] for name in FV_FEATURES}
     row = 0
-    with _open_text(path, FactVerificationDataError) as handle:
-        for number, line in enumerate(handle, start=1):
-            if not line.strip():
-                continue
-            row += 1
+    for parsed in read_json_records(path, FactVerificationDataError, desc, arrays=False):
+        number, row, record = parsed.line, parsed.row, parsed.value
 
-            def error(key, problem, number=number, row=row):
-                return FactVerificationDataError(f"{desc}: line {number} (data row {row}), key {key!r}: {problem}")
+        def error(key, problem, number=number, row=row):
+            return FactVerificationDataError(f"{desc}: line {number} (data row {row}), key {key!r}: {problem}")
 
-            try:
-                record = json.loads(line)
-            except (json.JSONDecodeError, RecursionError) as err:
-                problem = err.msg if isinstance(err, json.JSONDecodeError) else "nested too deeply"
-                raise FactVerificationDataError(
-                    f"{desc}: line {number} (data row {row}): invalid JSON: {problem}"
-                ) from None
-            if not isinstance(record, dict):
-                raise FactVerificationDataError(
-                    f"{desc}: line {number} (data row {row}): expected a JSON object, got {type(record).__name__}"
-                )
-            for key in ("claim", "evidences", "label"):
-                if key not in record:
-                    raise error(key, "missing key")
-            surrogate = lone_surrogate(record)
-            if surrogate:
-                raise FactVerificationDataError(
-                    f"{desc}: line {number} (data row {row}): invalid Unicode in {surrogate}"
-                )
-            claim, evidences = record["claim"], record["evidences"]
-            if not isinstance(claim, str) or not claim.strip():
-                raise error("claim", f"expected a non-empty string, got {type(claim).__name__} {claim!r:.80}")
-            if not isinstance(evidences, list):
+        for key in ("claim", "evidences", "label"):
+            if key not in record:
+                raise error(key, "missing key")
+        surrogate = lone_surrogate(record)
+        if surrogate:
+            raise FactVerificationDataError(f"{desc}: line {number} (data row {row}): invalid Unicode in {surrogate}")
+        claim, evidences = record["claim"], record["evidences"]
+        if not isinstance(claim, str) or not claim.strip():
+            raise error("claim", f"expected a non-empty string, got {type(claim).__name__} {claim!r:.80}")
+        if not isinstance(evidences, list):
+            raise error("evidences", f"expected a list of strings, got {type(evidences).__name__} {evidences!r:.80}")
+        if not evidences:
+            raise error("evidences", "no evidences: a claim needs at least one evidence sentence")
+        for index, evidence in enumerate(evidences):
+            if not isinstance(evidence, str) or not evidence.strip():
                 raise error(
-                    "evidences", f"expected a list of strings, got {type(evidences).__name__} {evidences!r:.80}"
+                    "evidences",
+                    f"evidence {index} must be a non-empty string, got {type(evidence).__name__} {evidence!r:.80}",
                 )
-            if not evidences:
-                raise error("evidences", "no evidences: a claim needs at least one evidence sentence")
-            for index, evidence in enumerate(evidences):
-                if not isinstance(evidence, str) or not evidence.strip():
-                    raise error(
-                        "evidences",
-                        f"evidence {index} must be a non-empty string, got {type(evidence).__name__} {evidence!r:.80}",
-                    )
-            claim_id = record.get("id")
-            if claim_id is None or (isinstance(claim_id, str) and not claim_id.strip()):
-                claim_id = f"line-{number}"
-            elif isinstance(claim_id, bool) or not isinstance(claim_id, (str, numbers.Integral)):
-                raise error("id", f"expected a string or an integer id, got {type(claim_id).__name__}")
-            columns["claim_id"].append(str(claim_id).strip())
-            columns["claim"].append(claim)
-            columns["evidences"].append(evidences)
-            columns["label"].append(_label_index(record["label"], labels, error))
+        claim_id = record.get("id")
+        if claim_id is None or (isinstance(claim_id, str) and not claim_id.strip()):
+            claim_id = f"line-{number}"
+        elif isinstance(claim_id, bool) or not isinstance(claim_id, (str, numbers.Integral)):
+            raise error("id", f"expected a string or an integer id, got {type(claim_id).__name__}")
+        columns["claim_id"].append(str(claim_id).strip())
+        columns["claim"].append(claim)
+        columns["evidences"].append(evidences)
+        columns["label"].append(_label_index(record["label"], labels, error))
     if row == 0:
         raise FactVerificationDataError(f"{desc}: no data rows")
     counts = Counter(columns["label"])

@@ -19,7 +19,6 @@ Example:
 from __future__ import annotations
 
 import csv
-import json
 import math
 import numbers
 import os
@@ -29,8 +28,9 @@ from pathlib import Path
 
 import datasets
 
-from .as2_data import AS2DataError, _base_suffix, _open_text, question_id_for
+from .as2_data import AS2DataError, question_id_for
 from .structure_objectives import derive_seed
+from .text_files import base_suffix, open_text, read_json_records
 
 GROUPINGS = ("all", "top_k")
 GROUP_FEATURES = datasets.Features(
@@ -138,10 +138,10 @@ class ScoreColumn:
                 f"{self.path}: a score column is read from a JSONL, CSV or TSV file (for 'wikiqa' or 'embedded' use "
                 "--pairwise_model)"
             )
-        suffix = _base_suffix(self.path)
-        with _open_text(self.path) as handle:
+        suffix = base_suffix(self.path)
+        with open_text(self.path, AS2DataError) as handle:
             if suffix in (".jsonl", ".ndjson", ".json"):
-                records = self._json_records(handle)
+                records = self._json_records()
             elif suffix in (".csv", ".tsv", ".tab", ".txt"):
                 records = self._delimited_records(handle, "," if suffix == ".csv" else "\t")
             else:
@@ -158,24 +158,9 @@ class ScoreColumn:
                 key = (question_id, str(record.get("candidate", "")))
                 self._scores[key].append(_score(record[self.column], f"{where}, column {self.column!r}"))
 
-    def _json_records(self, handle):
-        row = 0
-        for number, line in enumerate(handle, start=1):
-            if line.strip():
-                row += 1
-                try:
-                    record = json.loads(line)
-                except (json.JSONDecodeError, RecursionError) as err:
-                    problem = err.msg if isinstance(err, json.JSONDecodeError) else "nested too deeply"
-                    raise AS2DataError(
-                        f"{self.path}: line {number} (data row {row}): invalid JSON: {problem}"
-                    ) from None
-                if not isinstance(record, dict):
-                    raise AS2DataError(
-                        f"{self.path}: line {number} (data row {row}): expected a JSON object, "
-                        f"got {type(record).__name__}"
-                    )
-                yield f"{self.path}: line {number} (data row {row})", record
+    def _json_records(self):
+        for record in read_json_records(self.path, AS2DataError, arrays=False):
+            yield f"{self.path}: {record.where}", record.value
 
     def _delimited_records(self, handle, delimiter: str):
         quoting = csv.QUOTE_NONE if delimiter == "\t" else csv.QUOTE_MINIMAL

@@ -57,8 +57,8 @@ from huggingface_hub.utils import validate_repo_id
 from as2hub.hub_cards import CardContext, build_model_card, eval_results, get_family
 from as2hub.hub_cards.run_record import (
     ADAPTER_FILES,
-    MODEL_FILES,
     RUN_RECORD,
+    UPLOADED_MODEL_FILES,
     VALIDATION_TIMEOUT,
     WEIGHT_FILES,
     PublishError,
@@ -133,7 +133,7 @@ def _matching(folder: Path, patterns) -> list[Path]:
 
 
 def _check_model_folder(folder: Path, component: dict, where: str, weights: bool = True) -> list[Path]:
-    files = _matching(folder, MODEL_FILES)
+    files = _matching(folder, UPLOADED_MODEL_FILES)
     names = {p.name for p in files}
     if not weights:
         files = [p for p in files if not p.name.endswith(".safetensors") and p.name != "model.safetensors.index.json"]

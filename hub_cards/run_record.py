@@ -28,7 +28,7 @@ logger = logging.getLogger("as2hub.publishing")
 
 RUN_RECORD = "as2hub_run.json"
 # What a model folder publishes (top level of the folder and of each extra component such as discriminator/).
-MODEL_FILES = (
+UPLOADED_MODEL_FILES = (
     "config.json",
     "generation_config.json",
     "*.py",

@@ -7,8 +7,7 @@ pairwise model scores every candidate, and the joint model re-ranks its top k in
 
 Example:
     >>> from as2hub.modeling.joint_ranking import JointRanker
-    >>> from as2hub.modeling.scores import probability_of_correct
-from as2hub.modeling.ranking import Ranker
+    >>> from as2hub.modeling.ranking import Ranker
     >>> joint = JointRanker.from_pretrained("path/to/joint", pairwise=Ranker.from_pretrained("path/to/pairwise"))  # doctest: +SKIP
     >>> joint.rank("who wrote hamlet?", candidates)  # doctest: +SKIP
     [JointRankedCandidate(index=3, score=0.94, text='...', stage='joint'), ..., JointRankedCandidate(..., stage='pairwise')]
@@ -59,6 +58,7 @@ class JointRanker:
         self.tokenizer = tokenizer
         self.pairwise = pairwise
         self.batch_size = batch_size
+        self.backend = getattr(model, "as2hub_backend", "torch")  # which backend scores the joint stage
         self.layout = SlotLayout.from_tokenizer(tokenizer, config.num_candidates, config.slot_length)
 
     @classmethod
@@ -74,9 +74,11 @@ class JointRanker:
     ):
         """Load a saved joint folder (and a pairwise folder, or a :class:`Ranker`, for the cascade).
 
-        ``backend="onnx"`` (``quantize="int8"``, ``num_threads``) scores with the graph written by
-        ``as2hub-export-onnx PATH [--quantize int8]``, as :meth:`Ranker.from_pretrained`; a pairwise folder given by
-        path is loaded with the same backend options.
+        ``backend`` takes the names of :meth:`Ranker.from_pretrained` (``"torch"``, ``"auto"``, ``"torch-bf16"``,
+        ``"onnx"`` with ``quantize="int8"`` or ``"onnx-int8"``, ``"cuda-fp16"``, ``"cuda-bf16"``); ``"onnx"`` scores
+        with the graph written by ``as2hub-export-onnx PATH [--quantize int8]``. A pairwise folder given by path is
+        loaded with the same backend options (with ``"auto"``, each stage picks for itself: a stage without an exported
+        graph falls back without stopping the other).
         """
         model, path = load_scoring_model(path, AutoModel, backend, quantize, num_threads, trust_remote_code)
         if isinstance(pairwise, str):

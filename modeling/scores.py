@@ -19,13 +19,20 @@ import torch
 JOINT_MODEL_TYPES = ("joint_roberta", "joint_electra", "joint_bert")
 
 
+def is_joint_config(config) -> bool:
+    """Whether ``config`` is a joint multi-candidate model's: its class's model type (a joint config grown from a
+    stock checkpoint keeps the checkpoint's ``model_type`` on the instance until it is saved) or the instance's."""
+    types = (getattr(type(config), "model_type", None), getattr(config, "model_type", None))
+    return any(model_type in JOINT_MODEL_TYPES for model_type in types)
+
+
 def probability_of_correct(logits, config) -> torch.Tensor:
     """Sigmoid of a single logit, else the softmax probability of the ``"correct"`` label (the last label when the
     config names none). Joint models: per-candidate sigmoids for ``*_k`` heads (``(batch, k)``), label probabilities
     for ``*_1`` heads. Computed in float32 (float64 logits stay float64), whatever the logits' dtype."""
     logits = torch.as_tensor(logits)
     logits = logits if logits.dtype == torch.float64 else logits.float()
-    if getattr(config, "model_type", None) in JOINT_MODEL_TYPES:
+    if is_joint_config(config):
         return torch.sigmoid(logits) if config.candidate_head else logits.softmax(-1)
     if logits.ndim == 1 or logits.shape[-1] == 1:
         return torch.sigmoid(logits.reshape(-1))

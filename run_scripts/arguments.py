@@ -163,7 +163,7 @@ def run_cli(main, argv: list[str] | None = None) -> int:
 # Parse-time checks
 
 
-MODEL_FILES = (
+EXISTING_RUN_FILES = (  # files whose presence means the output folder already holds a trained model
     "config.json",
     "model.safetensors",
     "pytorch_model.bin",
@@ -189,7 +189,7 @@ def check_output_dir(training_args) -> list[Path]:
         return []
     folder = Path(output_dir)
     checkpoints = _checkpoints(folder)
-    found = [name for name in MODEL_FILES if (folder / name).is_file()] + [path.name for path in checkpoints]
+    found = [name for name in EXISTING_RUN_FILES if (folder / name).is_file()] + [path.name for path in checkpoints]
     if not found or getattr(training_args, "resume_from_checkpoint", None):
         return []
     if not getattr(training_args, "overwrite_output_dir", False):
@@ -228,45 +228,43 @@ def usable_positions(config) -> int | None:
     return positions
 
 
-def _positions_of(source: str) -> tuple[int | None, int | None]:
-    """(usable positions, max_position_embeddings) of the model at ``source``; only its config is read."""
+def load_config(source: str, flag: str = "--model_name_or_path"):
+    """The model config at ``source`` (a folder or Hub id; as2hub's model types included); a folder or id without a
+    usable config raises :class:`ArgumentError`, one line naming ``flag`` and what is missing, not a traceback."""
     from transformers import AutoConfig
 
     import as2hub.modeling  # noqa: F401  (registers the as2hub model types with AutoConfig)
 
-    with transformers_quiet():
-        config = AutoConfig.from_pretrained(source)
+    try:
+        with transformers_quiet():
+            return AutoConfig.from_pretrained(source)
+    except (OSError, ValueError, KeyError) as error:
+        reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise ArgumentError(
+            f"{flag} {source}: no usable model config ({reason}); pass a folder written by save_pretrained "
+            "(config.json with a model_type) or a Hub model id"
+        ) from None
+
+
+def _positions_of(source: str) -> tuple[int | None, int | None]:
+    """(usable positions, max_position_embeddings) of the model at ``source``; only its config is read."""
+    config = load_config(source)
     return usable_positions(config), getattr(config, "max_position_embeddings", None)
 
 
 FIRST_TOKEN_ATTENTION_HELP = (
     "'own_slot' (as2hub): each candidate's first token, the one the heads read, attends only to its own slot and the "
     "question; 'all': full attention, as the paper (its joint models then need MSPP to tell the candidates apart). "
-    "Default: a joint checkpoint's own setting, 'own_slot' for a new joint model."
+    "Default: the joint config's ('own_slot' for a new joint model; a joint checkpoint keeps its own setting)."
 )
 
 
 def first_token_attention_field(prefix: str = ""):
-    """The ``--first_token_attention`` argument of the joint run scripts (see :func:`first_token_attention`)."""
+    """The ``--first_token_attention`` argument of the joint run scripts: None (not given) leaves the default to the
+    joint config, its one owner."""
     return dataclasses.field(
         default=None, metadata={"choices": ["own_slot", "all"], "help": prefix + FIRST_TOKEN_ATTENTION_HELP}
     )
-
-
-def first_token_attention(requested: str | None, source: str | None) -> str | None:
-    """The ``first_token_attention`` a joint run builds its model with: ``requested`` when given; else ``None`` (keep
-    the folder's own, the paper's ``"all"`` when it predates the field) for a joint checkpoint or config, so that
-    fine-tuning an MSPP folder or resuming keeps what it was trained with; else ``"own_slot"`` (a new joint model)."""
-    if requested is not None:
-        return requested
-    if source is not None:
-        from transformers import PreTrainedConfig
-
-        with transformers_quiet():
-            model_type = PreTrainedConfig.get_config_dict(source)[0].get("model_type", "")
-        if model_type.startswith("joint_"):
-            return None
-    return "own_slot"
 
 
 def check_max_length(

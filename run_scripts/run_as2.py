@@ -22,7 +22,6 @@ import sys
 from dataclasses import dataclass, field
 
 from transformers import (
-    AutoConfig,
     AutoTokenizer,
     EarlyStoppingCallback,
     HfArgumentParser,
@@ -47,6 +46,7 @@ from as2hub.run_scripts.arguments import (
     LoraArguments,
     check_max_length,
     check_output_dir,
+    load_config,
     parse_arguments,
     remove_stale_checkpoints,
     run_cli,
@@ -132,7 +132,7 @@ class ExportArguments:
 def load_model(model_args: ModelArguments, tokenizer, contextual: bool):
     """The contextual class of the checkpoint's backbone, from a checkpoint or (with --config_name) from scratch."""
     source = model_args.model_name_or_path or model_args.config_name
-    backbone = backbone_of(AutoConfig.from_pretrained(source).model_type)
+    backbone = backbone_of(load_config(source).model_type)
     if backbone not in CONTEXTUAL_MODELS:
         raise ArgumentError(f"{source}: model type {backbone!r} is not one of {sorted(CONTEXTUAL_MODELS)}")
     config_class, model_class = CONTEXTUAL_MODELS[backbone]

@@ -77,7 +77,6 @@ from as2hub.run_scripts.arguments import (
     LoraArguments,
     check_output_dir,
     check_slot_budget,
-    first_token_attention,
     first_token_attention_field,
     parse_arguments,
     remove_stale_checkpoints,
@@ -380,11 +379,8 @@ def load_model(model_args: JointModelArguments, tokenizer, label_names: tuple[st
         "token_type_init": model_args.token_type_init,
         "pad_token_id": tokenizer.pad_token_id,
     }
-    attention = first_token_attention(
-        model_args.first_token_attention, model_args.model_name_or_path or model_args.config_name
-    )
-    if attention is not None:
-        overrides["first_token_attention"] = attention
+    if model_args.first_token_attention is not None:  # else the joint config's default (or the folder's own)
+        overrides["first_token_attention"] = model_args.first_token_attention
     if label_names is not None:
         overrides["id2label"] = dict(enumerate(label_names))
         overrides["label2id"] = {name: index for index, name in enumerate(label_names)}

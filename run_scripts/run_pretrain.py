@@ -39,12 +39,14 @@ A held-out slice of the documents gives the evaluation set: MLM loss and sentenc
 
 import functools
 import itertools
+import json
 import logging
+import os
 import sys
 from dataclasses import dataclass, field
 
 import datasets
-from transformers import AutoTokenizer, HfArgumentParser, PretrainedConfig, TrainingArguments, set_seed
+from transformers import AutoTokenizer, HfArgumentParser, TrainingArguments, set_seed
 
 from as2hub.data_collators import (
     OBJECTIVES,
@@ -74,8 +76,8 @@ from as2hub.run_scripts.arguments import (
     check_max_length,
     check_output_dir,
     check_slot_budget,
-    first_token_attention,
     first_token_attention_field,
+    load_config,
     parse_arguments,
     remove_stale_checkpoints,
     run_cli,
@@ -287,7 +289,7 @@ def split_documents(documents, fraction: float, seed: int):
 
 
 def _model_type(source: str) -> str | None:
-    return PretrainedConfig.get_config_dict(source)[0].get("model_type")
+    return load_config(source).model_type
 
 
 def build_joint_model(model_args: PretrainModelArguments, tokenizer, objective: Objective):
@@ -316,11 +318,8 @@ def build_joint_model(model_args: PretrainModelArguments, tokenizer, objective: 
         "mlm_weight": model_args.mlm_weight,
         "mspp_weight": 0.0 if objective.mlm_only else model_args.cls_weight,
     }
-    attention = first_token_attention(
-        model_args.first_token_attention, model_args.model_name_or_path or model_args.config_name
-    )
-    if attention is not None:
-        settings["first_token_attention"] = attention
+    if model_args.first_token_attention is not None:  # else the joint config's default (or the folder's own)
+        settings["first_token_attention"] = model_args.first_token_attention
     if model_args.model_name_or_path:
         return load_checkpoint(model_class, model_args.model_name_or_path, **settings)
     if model_args.config_name:
@@ -403,6 +402,18 @@ def mspp_counts(data_args: PretrainDataArguments, num_candidates: int) -> dict[s
         )
     logger.info("MSPP candidates per example: %d positive, %d hard, %d easy", positives, hard, easy)
     return {"num_positives": positives, "max_hard_negatives": hard, "num_negatives": hard + easy}
+
+
+def finished_checkpoint_step(checkpoint: str | None, max_steps: int) -> int | None:
+    """The global step of ``checkpoint`` when it has already reached ``max_steps`` (> 0), else None."""
+    if not checkpoint or max_steps is None or max_steps <= 0:
+        return None
+    state_file = os.path.join(checkpoint, "trainer_state.json")
+    if not os.path.isfile(state_file):
+        return None
+    with open(state_file, encoding="utf-8") as handle:
+        step = json.load(handle).get("global_step", 0)
+    return step if step >= max_steps else None
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -533,8 +544,21 @@ def main(argv: list[str] | None = None) -> dict:
     if eval_dataset is not None and not resume:
         results["before"] = trainer.evaluate(metric_key_prefix="before")
     remove_stale_checkpoints(stale_checkpoints, training_args)
-    train_result = trainer.train(resume_from_checkpoint=resume)
-    results["train"] = train_result.metrics
+    finished = finished_checkpoint_step(resume, training_args.max_steps)
+    if finished is not None:
+        # Trainer would run one more step on a stream (it checks max_steps only after a step): keep the checkpoint.
+        logger.info(
+            "%s is already at step %d of --max_steps %d: nothing to train; its weights become the final model",
+            resume,
+            finished,
+            training_args.max_steps,
+        )
+        trainer._load_from_checkpoint(resume)
+        trainer.state.global_step = finished
+        results["train"] = {"global_step": finished, "trained_steps": 0}
+    else:
+        train_result = trainer.train(resume_from_checkpoint=resume)
+        results["train"] = train_result.metrics
     if stop.stopped:
         checkpoint = f"{training_args.output_dir}/checkpoint-{trainer.state.global_step}"
         logger.warning(

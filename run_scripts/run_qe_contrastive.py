@@ -37,7 +37,6 @@ from dataclasses import dataclass, field
 import numpy as np
 import transformers
 from transformers import (
-    AutoConfig,
     AutoTokenizer,
     EarlyStoppingCallback,
     HfArgumentParser,
@@ -46,12 +45,9 @@ from transformers import (
     set_seed,
 )
 
-from as2hub.data_collators.hotpotqa import (
-    HotpotQACollator,
-    HotpotQAEncoder,
-    add_marker_tokens,
-    to_official_gold,
-)
+from as2hub.data_collators.hotpotqa import to_official_gold
+from as2hub.data_collators.hotpotqa_encoding import HotpotQACollator, HotpotQAEncoder
+from as2hub.data_collators.hotpotqa_markers import add_marker_tokens
 from as2hub.data_collators.qe_tasks import default_question_types, load_qe_splits
 from as2hub.data_collators.tokenizer_training import train_corpus_tokenizer
 from as2hub.hub_cards.push import HubArguments, HubPush
@@ -66,6 +62,7 @@ from as2hub.run_scripts.arguments import (
     OverwriteArguments,
     check_max_length,
     check_output_dir,
+    load_config,
     parse_arguments,
     remove_stale_checkpoints,
     run_cli,
@@ -239,7 +236,7 @@ def build_model(model_args: ModelArguments, data_args: DataArguments, splits: di
     source = model_args.model_name_or_path
     if source:
         tokenizer = AutoTokenizer.from_pretrained(model_args.tokenizer_name or source)
-        model_type = AutoConfig.from_pretrained(source).model_type
+        model_type = load_config(source).model_type
         if model_type == LongformerQEConfig.model_type:
             model = LongformerWithQEContrastive.from_pretrained(source, **overrides)
         elif model_type == "longformer":
@@ -368,7 +365,7 @@ def check_arguments(model_args: ModelArguments, data_args: DataArguments) -> Non
         raise ArgumentError("--config_name needs --tokenizer_name")
     source = model_args.model_name_or_path
     if source:
-        if AutoConfig.from_pretrained(source).model_type in ("longformer", LongformerQEConfig.model_type):
+        if load_config(source).model_type in ("longformer", LongformerQEConfig.model_type):
             check_max_length(data_args.max_length, source)
         elif data_args.max_length is not None and data_args.max_length > model_args.max_position_embeddings:
             raise ArgumentError(

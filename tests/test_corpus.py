@@ -161,7 +161,7 @@ def test_bad_inputs(tmp_path):
         load_documents(bad)
     broken = tmp_path / "broken.jsonl"
     broken.write_text('{"text": "ok"}\n{not json\n')
-    with pytest.raises(CorpusError, match=r"broken.jsonl:2"):
+    with pytest.raises(CorpusError, match=r"broken.jsonl: line 2"):
         load_documents(broken)
     missing_field = tmp_path / "fields.jsonl"
     missing_field.write_text('{"body": "x"}\n')

@@ -98,6 +98,23 @@ def test_scripts_end_a_user_error_with_one_line_and_exit_code_2(tmp_path, module
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.parametrize("script", [run_as2, run_joint, run_pretrain, run_qe_contrastive])
+def test_a_model_folder_without_a_usable_config_is_one_line(tmp_path, script, capsys):
+    """A folder with no config.json, or one without a model_type: exit code 2 and one line naming the flag, the
+    folder and what is missing (before, run_as2 ended in transformers' ValueError traceback)."""
+    empty, typeless = tmp_path / "empty", tmp_path / "typeless"
+    empty.mkdir()
+    typeless.mkdir()
+    (typeless / "config.json").write_text('{"hidden_size": 8}')
+    extra = ["--objective", "ssp"] if script is run_pretrain else []
+    for folder in (empty, typeless):
+        argv = ["--model_name_or_path", str(folder), "--output_dir", str(tmp_path / "out"), *extra]
+        assert run_cli(script.main, argv) == 2
+        (line,) = capsys.readouterr().err.strip().splitlines()[-1:]
+        assert line.startswith(f"error: --model_name_or_path {folder}: no usable model config"), line
+        assert not (tmp_path / "out").exists()
+
+
 # ------------------------------------------------------------------------------------ parse-time contradictions
 
 

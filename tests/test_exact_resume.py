@@ -170,3 +170,20 @@ def test_sigterm_to_a_running_script_saves_a_checkpoint_that_resumes(tmp_path):
     assert (out / "model.safetensors").exists()
     with pytest.raises(ValueError, match="--dataloader_num_workers"):  # another layout: refused before training
         run_pretrain.main([*args, "--dataloader_num_workers", "2", "--resume_from_checkpoint", str(checkpoint)])
+
+
+@pytest.mark.slow
+def test_resuming_a_checkpoint_already_at_max_steps_trains_nothing_and_keeps_it(tmp_path):
+    """A streaming run resumed from a checkpoint at --max_steps: no extra step (Trainer alone trained one), no new
+    checkpoint, and the final model is the checkpoint's weights."""
+    torch.set_num_threads(1)
+    args = [*QUICK[2:], "--max_steps", "2", "--save_steps", "2", "--dataloader_num_workers", "0"]
+    run_pretrain.main(["--output_dir", str(tmp_path / "first"), *args])
+    checkpoint = tmp_path / "first" / "checkpoint-2"
+    assert checkpoint.is_dir()
+    out = tmp_path / "again"
+    results = run_pretrain.main(["--output_dir", str(out), *args, "--resume_from_checkpoint", str(checkpoint)])
+    assert results["train"] == {"global_step": 2, "trained_steps": 0}
+    assert not any(out.glob("checkpoint-*"))
+    expected, actual = (load_file(folder / "model.safetensors") for folder in (checkpoint, out))
+    assert expected.keys() == actual.keys() and all(torch.equal(expected[k], actual[k]) for k in expected)

@@ -36,6 +36,8 @@ FV_LABELS = {0: "SUPPORTS", 1: "REFUTES", 2: "NOT ENOUGH INFO"}
 
 
 def load_joint(folder, head="AE_k", **overrides):
+    """The paper's joint model (full attention) unless ``first_token_attention`` says otherwise."""
+    overrides.setdefault("first_token_attention", "all")
     tokenizer = AutoTokenizer.from_pretrained(folder)
     if head in ("IE_1", "AE_1"):
         overrides.setdefault("id2label", FV_LABELS)
@@ -434,23 +436,26 @@ def test_own_slot_refuses_kernels_and_masks_it_cannot_serve(stock_checkpoint):
         model(**batch)
 
 
-def test_first_token_attention_defaults_to_the_papers_and_is_checked(stock_checkpoint, tmp_path):
+def test_first_token_attention_has_one_default_and_is_checked(stock_checkpoint, tmp_path):
     config = JointBertConfig(vocab_size=50, hidden_size=8, num_hidden_layers=1, num_attention_heads=2)
-    assert config.first_token_attention == "all"
-    # A folder saved before the field existed loads with the paper's full attention.
-    model, tokenizer = load_joint(stock_checkpoint("bert"))
+    assert config.first_token_attention == "own_slot"  # a new joint model
+    fresh = JointMultiCandidateModel.from_pretrained(stock_checkpoint("bert"), num_candidates=K, slot_length=L)
+    assert fresh.config.first_token_attention == "own_slot"  # a stock checkpoint grown into a joint model
+    # A joint folder saved before the field existed loads with the paper's full attention.
+    model, tokenizer = load_joint(stock_checkpoint("bert"), first_token_attention="own_slot")
     model.save_pretrained(tmp_path)
     saved = json.loads((tmp_path / "config.json").read_text())
     del saved["first_token_attention"]
     (tmp_path / "config.json").write_text(json.dumps(saved))
-    assert JointMultiCandidateModel.from_pretrained(tmp_path).config.first_token_attention == "all"
+    legacy = JointMultiCandidateModel.from_pretrained(tmp_path).eval()
+    assert legacy.config.first_token_attention == "all"
     with pytest.raises(ValueError, match="first_token_attention must be one of"):
         JointBertConfig(vocab_size=50, hidden_size=8, num_hidden_layers=1, num_attention_heads=2,
                         first_token_attention="local")  # fmt: skip
     with torch.no_grad():  # "all": every first token reaches every slot
         batch = batch_for(tokenizer, FEATURES)
         batch.pop("labels")
-        weights = attention_maps(perturb(model), batch)[0][0].sum(0)
+        weights = attention_maps(perturb(legacy), batch)[0][0].sum(0)
     assert (weights[L][batch["attention_mask"][0].bool()] > 0).all()
 
 

@@ -17,8 +17,9 @@ Each backbone keeps its stock config fields and adds:
   the same (cosine 1.0000 between slots for all-MiniLM-L6-v2), so with ``"all"`` the heads start with one score for
   every candidate and the model needs MSPP or many epochs to tell them apart (the paper's "convergence issues",
   section 4.3). With ``"own_slot"`` each first token starts as a pairwise cross-encoder's ``[CLS]`` would
-  (``benchmarks/bench_joint_learnability.py``). The config default is ``"all"`` (the paper; checkpoints saved
-  without the field keep their behaviour); as2hub's run scripts build new joint models with ``"own_slot"``.
+  (``benchmarks/bench_joint_learnability.py``). The default is ``"own_slot"`` for a new joint model (this config is
+  the one owner of the default: the run scripts pass the flag only when it is given); a joint folder saved before
+  the field existed keeps its behaviour, the paper's ``"all"``. Pass ``first_token_attention="all"`` for the paper.
 - ``token_type_init`` ("scratch" | "copy" | ...): how the rows added when a checkpoint's token-type table is grown to
   k+1 rows (slot i has token type i) are initialised (see ``hub_common.grow_token_type_embeddings``).
 - ``mlm_weight`` / ``mspp_weight``: weights of the two losses of MLM + MSPP pre-training (1:1 in the paper, appendix
@@ -43,6 +44,7 @@ HEADS = ("IE_1", "AE_1", "IE_k", "AE_k")
 CANDIDATE_HEADS = ("IE_k", "AE_k")
 SLOT_POSITIONS = ("global", "per_slot")
 FIRST_TOKEN_ATTENTION = ("all", "own_slot")
+LEGACY_FIRST_TOKEN_ATTENTION = "all"  # joint folders saved before the field existed
 # Every slot holds at least a first special token, one token of text and a closing special token.
 MIN_SLOT_LENGTH = 3
 
@@ -115,6 +117,9 @@ class _JointFields:
         given to the constructor rather than set afterwards, so that they are validated together."""
         fields = getattr(cls, "__dataclass_fields__", {})
         config_dict = {**config_dict, **{key: kwargs.pop(key) for key in list(kwargs) if key in fields}}
+        if str(config_dict.get("model_type", "")).startswith("joint_"):
+            # A joint folder saved before the field existed was built with the paper's full attention.
+            config_dict.setdefault("first_token_attention", LEGACY_FIRST_TOKEN_ATTENTION)
         return super().from_dict(config_dict, **kwargs)
 
     @property
@@ -143,7 +148,7 @@ class JointRobertaConfig(_JointFields, RobertaConfig):
     slot_length: int = 64
     head: str = "AE_k"
     slot_positions: str = "global"
-    first_token_attention: str = "all"
+    first_token_attention: str = "own_slot"
     token_type_init: str = "scratch"
     type_vocab_size: int | None = None
     mlm_weight: float = 1.0
@@ -170,7 +175,7 @@ class JointElectraConfig(_JointFields, ElectraConfig):
     slot_length: int = 64
     head: str = "AE_k"
     slot_positions: str = "global"
-    first_token_attention: str = "all"
+    first_token_attention: str = "own_slot"
     token_type_init: str = "scratch"
     type_vocab_size: int | None = None
     mlm_weight: float = 1.0
@@ -192,7 +197,7 @@ class JointBertConfig(_JointFields, BertConfig):
     slot_length: int = 64
     head: str = "AE_k"
     slot_positions: str = "global"
-    first_token_attention: str = "all"
+    first_token_attention: str = "own_slot"
     token_type_init: str = "scratch"
     type_vocab_size: int | None = None
     mlm_weight: float = 1.0
