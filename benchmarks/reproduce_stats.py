@@ -1,0 +1,96 @@
+"""Statistics of ``benchmarks/reproduce.py``: mean ± std over seeds, and the paired bootstrap over questions.
+
+- Per system and metric: the test metric of every seed, their mean and sample standard deviation (ddof = 1, ``None``
+  with one seed), as the papers' "std. dev. across 5 runs".
+- Per comparison a - b: the seeds both systems finished; each question's metric averaged over those seeds for each
+  system (so a question counts once, with the seed-to-seed noise averaged out); then 10,000 resamples of the
+  questions (paired: the same questions for a and b) give a 95% percentile interval of the mean difference
+  (``bench_utils.paired_bootstrap_metrics``). The difference of the seed means is the same number as the bootstrap's
+  observed difference when every seed scores the same questions. The per-seed differences (mean ± std) are reported
+  beside it.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_utils import paired_bootstrap_metrics  # noqa: E402
+
+
+def mean_std(values) -> dict:
+    """``{"n", "mean", "std", "values"}``; std is the sample standard deviation (ddof 1), None below two values."""
+    values = [float(v) for v in values if v is not None and not (isinstance(v, float) and math.isnan(v))]
+    if not values:
+        return {"n": 0, "mean": None, "std": None, "values": []}
+    array = np.asarray(values, dtype=np.float64)
+    return {
+        "n": len(values),
+        "mean": float(array.mean()),
+        "std": float(array.std(ddof=1)) if len(values) > 1 else None,
+        "values": values,
+    }
+
+
+def seed_averaged(per_seed: dict, metrics) -> dict:
+    """``{seed: {question: {metric: value}}}`` -> ``{question: {metric: mean over the seeds}}`` over the questions
+    every seed scored."""
+    if not per_seed:
+        return {}
+    questions = set.intersection(*(set(per_q) for per_q in per_seed.values()))
+    return {q: {m: float(np.mean([per_seed[s][q][m] for s in per_seed])) for m in metrics} for q in sorted(questions)}
+
+
+def summarize_system(runs: dict, metrics) -> dict:
+    """``runs``: ``{seed: record}`` (records with ``test``) -> per metric mean ± std over the seeds."""
+    seeds = sorted(runs, key=int)
+    out = {"seeds": [int(s) for s in seeds]}
+    for metric in metrics:
+        out[metric] = mean_std([runs[s]["test"].get(metric) for s in seeds])
+    return out
+
+
+def compare(runs_a: dict, runs_b: dict, metrics, resamples: int = 10000, seed: int = 0) -> dict | None:
+    """a - b (see the module docstring), or None when no seed is shared."""
+    seeds = sorted(set(runs_a) & set(runs_b), key=int)
+    if not seeds:
+        return None
+    per_q_a = seed_averaged({s: runs_a[s]["per_question"] for s in seeds}, metrics)
+    per_q_b = seed_averaged({s: runs_b[s]["per_question"] for s in seeds}, metrics)
+    out = paired_bootstrap_metrics(per_q_a, per_q_b, metrics, resamples, seed)
+    out["seeds"] = [int(s) for s in seeds]
+    out["unit"] = "per-question metric averaged over the seeds both systems finished"
+    for metric in metrics:
+        out[metric]["per_seed_difference"] = mean_std(
+            [runs_a[s]["test"][metric] - runs_b[s]["test"][metric] for s in seeds]
+        )
+    return out
+
+
+def pct(value, digits: int = 1) -> str:
+    return "–" if value is None else f"{100 * value:.{digits}f}"
+
+
+def mean_std_text(summary: dict, digits: int = 1) -> str:
+    """``68.6 ± 1.0`` (percent), ``68.6`` with one seed, ``–`` with none."""
+    if not summary or summary.get("mean") is None:
+        return "–"
+    if summary.get("std") is None:
+        return pct(summary["mean"], digits)
+    return f"{pct(summary['mean'], digits)} ± {pct(summary['std'], digits)}"
+
+
+def interval_text(found: dict, digits: int = 1) -> str:
+    """``+1.2 [−0.4, +2.9]`` (points)."""
+    low, high = found["ci95"]
+    return f"{100 * found['diff']:+.{digits}f} [{100 * low:+.{digits}f}, {100 * high:+.{digits}f}]"
+
+
+def markdown(headers: list[str], rows: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(headers) + " |", "|" + "|".join("---" for _ in headers) + "|"]
+    lines += ["| " + " | ".join(str(cell) for cell in row) + " |" for row in rows]
+    return "\n".join(lines)

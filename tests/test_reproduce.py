@@ -1,0 +1,420 @@
+"""benchmarks/reproduce.py: one command per paper table, at a tiny scale (a tiny stock BERT, the embedded data or a
+few WikiQA rows). The CPU and GPU scales are only planned here (``--plan``), never trained."""
+
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from helpers import WIKIQA_DIR, needs_wikiqa
+
+BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+sys.path.insert(0, str(BENCHMARKS))
+import make_pydoc_corpus  # noqa: E402
+import reproduce  # noqa: E402
+import reproduce_runs  # noqa: E402
+import reproduce_stats  # noqa: E402
+import reproduce_tables  # noqa: E402
+
+# The smoke scale with the tiny stock BERT of conftest (136 positions: joint slots of 16 tokens).
+TINY = ["--scale", "smoke", "--slot_length", "16", "--max_length", "64", "--pretrain_max_length", "64"]
+
+
+def run(tmp_path, *args, model=None, name="r"):
+    results = tmp_path / f"{name}.json"
+    argv = [*TINY, "--results", str(results), "--output_root", str(tmp_path / f"{name}_out"), *args]
+    if model is not None:
+        argv += ["--model", str(model)]
+    code = reproduce.main(argv)
+    return code, (json.loads(results.read_text()) if results.exists() else None)
+
+
+# ----------------------------------------------------------------------------------------------------------- fast
+
+
+def test_plan_lists_every_run_at_both_scales(capsys, stock_checkpoint):
+    model = stock_checkpoint("bert")
+    assert reproduce.main(["--table", "001", "--plan", "--model", str(model), "--dataset", "embedded"]) == 0
+    out = capsys.readouterr().out
+    for system in ("pairwise", "pairwise_ssp", "contextual", "contextual_dslc", "contextual_dpc"):
+        for seed in (42, 43, 44):
+            assert f"[{system} seed {seed}] pending" in out
+    assert "--objective ssp" in out and "--objective dslc" in out and "--objective dpc" in out
+    cpu = reproduce_tables.SCALES["cpu"]
+    assert f"--max_train_samples {cpu['max_train_samples']} --max_eval_samples {cpu['max_eval_samples']}" in out
+    assert f"--max_steps {cpu['pretrain_steps']} --per_device_train_batch_size {cpu['pretrain_batch_size']}" in out
+    assert f"--mlm_weight {cpu['pretrain_mlm_weight']}" in out and "--num_train_epochs 1.0" in out
+    argv = ["--table", "004", "--scale", "gpu", "--plan", "--model", str(model), "--dataset", "embedded"]
+    assert reproduce.main(argv) == 0
+    out = capsys.readouterr().out
+    assert "[pretrain mspp] pending: 10000 steps x 256 examples" in out
+    assert "--bf16 True" in out and "--num_train_epochs 30.0" in out and "--warmup_steps 1000" in out
+    assert "--first_token_attention all" in out and "--first_token_attention own_slot" in out
+    assert "--grouping top_k --pairwise_model" in out
+    assert "--mlm_weight 1.0" in out  # 004: MLM + MSPP 1:1 at the GPU scale
+    assert "one lease" in out  # the GPU lease advice
+
+
+def test_plan_of_the_qe_table_uses_the_per_type_temperatures_unless_told(capsys):
+    argv = ["--table", "003", "--plan", "--model", "tiny", "--qe_dataset", "embedded"]
+    assert reproduce.main(argv) == 0
+    out = capsys.readouterr().out
+    assert out.count("run_qe_contrastive") == 6 and "--qe_temperatures" not in out  # the model's per-type default
+    assert "--contrastive_weight 0.0" in out and "--contrastive_weight 0.2" in out
+    assert reproduce.main([*argv, "--qe_temperatures", "0.2"]) == 0  # the shared-τ ablation, on request
+    assert capsys.readouterr().out.count("--qe_temperatures 0.2") == 6
+
+
+def test_plan_on_generic_as2_jsonl_files(tmp_path, capsys):
+    files = []
+    for split in ("train", "dev", "test"):
+        files.append(tmp_path / f"{split}.jsonl")
+        files[-1].write_text('{"question": "q", "candidate": "c", "label": 1}\n' * 3)
+    argv = ["--table", "004", "--plan", "--model", "tiny", "--dataset", str(files[0]), "--validation_file",
+            str(files[1]), "--test_file", str(files[2])]  # fmt: skip
+    assert reproduce.main(argv) == 0
+    out = capsys.readouterr().out
+    assert f"--dataset {files[0]} --validation_file {files[1]} --test_file {files[2]}" in out
+    assert '"test_rows": 3' in out and "MISSING" not in out
+    files[2].unlink()
+    assert reproduce.main(argv[:-2] + ["--test_file", str(files[2])]) == 0
+    assert f"MISSING: test file {files[2]} not found" in capsys.readouterr().out
+
+
+def test_missing_wikiqa_stops_with_one_line_naming_the_file(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("AS2HUB_WIKIQA_DIR", str(tmp_path / "no_wikiqa"))
+    code, report = run(tmp_path, "--table", "001", model="tiny")
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and report is None
+    assert len(err) == 1 and err[0].startswith("error: WikiQA file "), err
+    assert str(tmp_path / "no_wikiqa" / "WikiQA-train.tsv.gz") in err[0] and "https://aka.ms/WikiQA" in err[0]
+    assert "AS2HUB_WIKIQA_DIR" in err[0]
+
+
+def test_missing_corpus_stops_with_one_line_saying_how_to_build_it(tmp_path, capsys):
+    missing = tmp_path / "python3.11-doc.jsonl.gz"
+    argv = ["--table", "001", "--dataset", "embedded", "--corpus", "pydoc_docs", "--corpus_path", str(missing)]
+    code, report = run(tmp_path, *argv, model="tiny")
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and report is None
+    assert len(err) == 1 and str(missing) in err[0], err
+    assert "apt-get install -y python3.11-doc" in err[0] and "make_pydoc_corpus.py" in err[0]
+    # The systems without pre-training do not need it.
+    code, _ = run(tmp_path, *argv, "--systems", "pairwise,contextual", "--plan", model="tiny")
+    assert code == 0 and "MISSING" not in capsys.readouterr().out
+
+
+def test_mean_std_and_paired_bootstrap_against_an_independent_computation():
+    rng = np.random.default_rng(0)
+    questions = [f"q{i}" for i in range(40)]
+    metrics = ("map", "p@1")
+
+    def runs_of(shift: float) -> dict:
+        out = {}
+        for seed in ("42", "43", "44"):
+            per_q = {q: {"map": float(np.clip(rng.normal(0.6 + shift, 0.2), 0, 1)),
+                         "p@1": float(rng.integers(0, 2))} for q in questions}  # fmt: skip
+            test = {m: float(np.mean([v[m] for v in per_q.values()])) for m in metrics}
+            out[seed] = {"test": test, "per_question": per_q}
+        return out
+
+    a, b = runs_of(0.1), runs_of(0.0)
+    summary = reproduce_stats.summarize_system(a, metrics)
+    values = [a[s]["test"]["map"] for s in ("42", "43", "44")]
+    assert summary["seeds"] == [42, 43, 44]
+    assert summary["map"]["mean"] == pytest.approx(statistics.mean(values))
+    assert summary["map"]["std"] == pytest.approx(statistics.stdev(values))
+    assert reproduce_stats.mean_std([0.5])["std"] is None
+
+    found = reproduce_stats.compare(a, b, metrics, resamples=2000, seed=0)
+    for metric in metrics:
+        by_hand = np.mean(
+            [np.mean([a[s]["per_question"][q][metric] - b[s]["per_question"][q][metric] for s in a]) for q in questions]
+        )
+        seed_means = np.mean([a[s]["test"][metric] - b[s]["test"][metric] for s in a])
+        assert found[metric]["diff"] == pytest.approx(by_hand) == pytest.approx(seed_means)
+        low, high = found[metric]["ci95"]
+        assert low <= found[metric]["diff"] <= high and low < high
+        assert found[metric]["per_seed_difference"]["n"] == 3
+    assert found["num_questions"] == 40 and found["seeds"] == [42, 43, 44]
+    assert reproduce_stats.compare(a, {"7": b["42"]}, metrics) is None  # no shared seed: no comparison
+
+    # The interval against an independent bootstrap (Python's random, its own resamples) and the normal
+    # approximation of the mean's sampling distribution: the three agree within resampling noise.
+    import random
+
+    found = reproduce_stats.compare(a, b, metrics, resamples=10000, seed=1)
+    draw = random.Random(7)
+    for metric in metrics:
+        diffs = [statistics.mean(a[s]["per_question"][q][metric] - b[s]["per_question"][q][metric] for s in a)
+                 for q in questions]  # fmt: skip
+        means = sorted(statistics.fmean(draw.choices(diffs, k=len(diffs))) for _ in range(4000))
+        independent = (means[int(0.025 * 4000)], means[int(0.975 * 4000) - 1])
+        normal = 1.96 * statistics.pstdev(diffs) / len(diffs) ** 0.5
+        low, high = found[metric]["ci95"]
+        half = (high - low) / 2
+        assert half == pytest.approx(normal, rel=0.12)
+        assert low == pytest.approx(independent[0], abs=0.15 * half)
+        assert high == pytest.approx(independent[1], abs=0.15 * half)
+        assert found[metric]["zero_in_ci95"] == (low <= 0 <= high)
+        assert found[metric]["questions_a_better"] == sum(d > 0 for d in diffs)
+    # A constant per-question difference: the interval collapses onto it.
+    shifted = {s: {"test": r["test"], "per_question": {q: {m: v[m] + 0.25 for m in metrics}
+                                                       for q, v in r["per_question"].items()}}
+               for s, r in b.items()}  # fmt: skip
+    found = reproduce_stats.compare(shifted, b, metrics, resamples=500)
+    for metric in metrics:
+        assert found[metric]["ci95"] == pytest.approx([0.25, 0.25]) and found[metric]["diff"] == pytest.approx(0.25)
+
+
+def test_wikiqa_test_subset_keeps_the_first_clean_questions_whole(tmp_path):
+    import gzip
+
+    header = "QuestionID\tQuestion\tDocumentID\tDocumentTitle\tSentenceID\tSentence\tLabel"
+    labels = {"Q1": "00", "Q2": "010", "Q3": "11", "Q4": "10", "Q5": "001"}  # Q1, Q3 not clean
+    rows = [f"{q}\t{q}?\tD{q}\tT\tD{q}-{i}\ts{i}.\t{label}" for q, ls in labels.items() for i, label in enumerate(ls)]
+    source = tmp_path / "WikiQA-test.tsv.gz"
+    with gzip.open(source, "wt", encoding="utf-8") as out:
+        out.write("\r\n".join([header, *rows]) + "\r\n")
+    path, info = reproduce_runs.wikiqa_test_subset(source, 2, tmp_path / "data")
+    assert info == {"clean_questions": 2, "rows": 5, "of_clean_questions": 3}
+    with gzip.open(path, "rt", encoding="utf-8") as handle:
+        lines = handle.read().splitlines()
+    assert lines[0] == header and [line.split("\t")[4] for line in lines[1:]] == [
+        "DQ2-0", "DQ2-1", "DQ2-2", "DQ4-0", "DQ4-1"]  # fmt: skip
+
+
+def test_budget_refuses_a_run_that_would_not_fit():
+    with reproduce_runs.Budget(stop_after_s=100) as budget:
+        assert budget.can_start(1000)  # longer than half the budget: starts while half is left, then checkpoints
+        budget.start -= 80  # 20 s left
+        assert budget.can_start(10)
+        assert not budget.can_start(30) and "estimated" in budget.stopped
+        assert not budget.can_start(1)  # once stopped, nothing more starts
+    with reproduce_runs.Budget(stop_after_s=None) as budget:
+        assert budget.can_start(10**9)
+
+
+def test_paper_figures_are_the_published_ones_and_004_has_none():
+    as2 = reproduce_tables.TABLES["as2_pretraining"]
+    pairwise = reproduce_tables.paper_rows(as2, "pairwise")[0]
+    assert (pairwise["paper"], pairwise["table"], pairwise["metrics"]["p@1"]) == ("001", "Table 1", (78.3, 2.8))
+    diffs = reproduce_tables.paper_differences(as2, "contextual_dpc", "contextual", ("map", "p@1"))
+    assert diffs[0]["diff_points"] == {"map": 5.5, "p@1": 8.2}  # 000 Table 1, RoBERTa-Base: 89.9 - 84.4, 85.2 - 77.0
+    joint = reproduce_tables.TABLES["joint"]
+    assert all(not reproduce_tables.paper_rows(joint, s.name) for s in joint.systems)
+    assert reproduce_tables.PAPERS["004"]["tables_extracted"] is False
+
+
+RST = """\
+.. _tut-label:
+
+*****************
+Control Flow
+*****************
+
+Python has :keyword:`!if` and :func:`~os.path.join` statements. It is
+described in :ref:`the tutorial <tut-intro>` with ``code``::
+
+   >>> if x:
+   ...     pass
+
+Next section
+============
+
+A paragraph with *emphasis* and **bold** text.
+
+.. function:: spam(a, \\
+              b)
+   :noindex:
+
+   Return the spam of *a* and *b*. It is fast.
+
+   .. versionchanged:: 3.5 The *b* argument.
+
+.. code-block:: python
+
+   print("dropped")
+
+* first item
+* second item ends here.
+
+.. index:: single: dropped
+"""
+
+
+def test_pydoc_corpus_keeps_prose_and_drops_code(tmp_path):
+    source = tmp_path / "_sources" / "tutorial"
+    source.mkdir(parents=True)
+    (source / "flow.rst.txt").write_text(RST)
+    documents = make_pydoc_corpus.documents_of(source / "flow.rst.txt", "tutorial/flow.rst.txt")
+    assert [d["title"] for d in documents] == [
+        "tutorial/flow.rst.txt: Control Flow",
+        "tutorial/flow.rst.txt: Next section",
+    ]
+    first, second = (d["text"].split("\n\n") for d in documents)
+    assert first == ["Python has if and join statements. It is described in the tutorial with code:"]
+    assert second == [
+        "A paragraph with emphasis and bold text.",
+        "Return the spam of a and b. It is fast.",
+        "Changed in version 3.5: The b argument.",
+        "first item. second item ends here.",
+    ]
+    stats = make_pydoc_corpus.build(tmp_path / "_sources", tmp_path / "c.jsonl.gz", with_statistics=False)
+    assert stats["files"] == 1 and stats["documents_written"] == 2 and stats["paragraphs_written"] == 5
+
+
+# ----------------------------------------------------------------------------------------------------------- slow
+
+
+@pytest.mark.slow
+def test_a_table_runs_end_to_end_records_seeds_and_resumes(tmp_path, stock_checkpoint):
+    model = stock_checkpoint("bert")
+    args = ["--table", "001", "--dataset", "embedded", "--systems", "pairwise,contextual_dslc", "--bootstrap", "500"]
+    code, report = run(tmp_path, *args, model=model)
+    assert code == 0 and report["complete"]
+    runs = report["runs"]
+    assert set(runs) == {"pairwise", "contextual_dslc"} and all(set(r) == {"42", "43"} for r in runs.values())
+    for system, by_seed in runs.items():
+        for seed, record in by_seed.items():
+            assert record["seed"] == int(seed) and record["argv"][record["argv"].index("--seed") + 1] == seed
+            assert record["test"]["max_abs_diff_vs_run_script_reported"] < 1e-9
+        assert by_seed["42"]["per_question"] != by_seed["43"]["per_question"]  # the seeds differ
+        summary = report["summary"]["systems"][system]
+        values = [by_seed[s]["test"]["map"] for s in ("42", "43")]
+        assert summary["map"]["mean"] == pytest.approx(statistics.mean(values))
+        assert summary["map"]["std"] == pytest.approx(statistics.stdev(values))
+    assert report["pretraining"]["dslc"]["status"] == "done" and "dslc" in runs["contextual_dslc"]["42"]["argv"][1]
+    comparison = report["summary"]["comparisons"]["contextual_dslc - pairwise"]["ours"]
+    for metric in ("map", "mrr", "p@1"):
+        low, high = comparison[metric]["ci95"]
+        assert low <= comparison[metric]["diff"] <= high
+    markdown = report["markdown"]
+    assert "MAP (paper)" in markdown and "85.8 ± 1.3" in markdown and "000 Table 1" in markdown
+    assert report["machine"]["cpu_model"] and isinstance(report["cpu_flags"], list) and report["settings"]["seeds"] == 2
+    first_finish = {(n, s): r["finished"] for n, by_seed in runs.items() for s, r in by_seed.items()}
+
+    code, report = run(tmp_path, *args, model=model)  # again: everything is finished, nothing runs
+    assert code == 0 and report["invocations"][-1]["units_run"] == []
+    assert {(n, s): r["finished"] for n, by_seed in report["runs"].items() for s, r in by_seed.items()} == first_finish
+
+    # A fresh output root and results file that read the first JSON (what a new GPU lease gets): nothing reruns.
+    argv = [*TINY, *args, "--model", str(model), "--results", str(tmp_path / "elsewhere.json"), "--output_root",
+            str(tmp_path / "fresh_out"), "--state_from", str(tmp_path / "r.json")]  # fmt: skip
+    assert reproduce.main(argv) == 0
+    elsewhere = json.loads((tmp_path / "elsewhere.json").read_text())
+    assert elsewhere["invocations"][-1]["units_run"] == [] and elsewhere["complete"]
+
+    code, report = run(tmp_path, *args, "--seeds", "3", model=model)  # a third seed: only its runs
+    assert code == 0 and report["invocations"][-1]["units_run"] == ["pairwise/44", "contextual_dslc/44"]
+    assert report["summary"]["systems"]["pairwise"]["seeds"] == [42, 43, 44]
+
+
+@pytest.mark.slow
+def test_an_interrupted_pretraining_checkpoints_and_the_next_call_resumes_it(tmp_path, stock_checkpoint, monkeypatch):
+    from as2hub.data_collators.stream_resume import GracefulStop
+
+    original = GracefulStop.on_step_end
+
+    def sigterm_at_step_2(self, args, state, control, **kwargs):
+        if state.global_step == 2:
+            os.kill(os.getpid(), signal.SIGTERM)  # what `timeout -s TERM` or --stop_after_s sends
+        return original(self, args, state, control, **kwargs)
+
+    model = stock_checkpoint("bert")
+    args = ["--table", "001", "--dataset", "embedded", "--systems", "pairwise_ssp", "--seeds", "1",
+            "--pretrain_steps", "5", "--pretrain_save_steps", "100"]  # fmt: skip
+    monkeypatch.setattr(GracefulStop, "on_step_end", sigterm_at_step_2)
+    code, report = run(tmp_path, *args, model=model)
+    assert code == 3 and not report["complete"] and report["runs"] == {}
+    partial = report["pretraining"]["ssp"]
+    assert partial["status"] == "partial" and partial["steps_done"] == 2
+    assert "pairwise_ssp/42" in report["invocations"][-1]["pending"]
+    assert (tmp_path / "r_out" / "as2_pretraining_smoke" / "pretrain_ssp" / "checkpoint-2").is_dir()
+
+    monkeypatch.setattr(GracefulStop, "on_step_end", original)
+    code, report = run(tmp_path, *args, model=model)
+    assert code == 0 and report["complete"]
+    done = report["pretraining"]["ssp"]
+    assert done["status"] == "done" and done["steps_done"] == 5 and len(done["segments"]) == 2
+    assert done["segments"][1]["resumed_from"].endswith("checkpoint-2")
+    assert report["runs"]["pairwise_ssp"]["42"]["pretraining_key"] == done["settings_key"]
+
+
+@pytest.mark.slow
+def test_an_interrupted_fine_tuning_continues_from_its_last_epoch(tmp_path, stock_checkpoint, monkeypatch):
+    from transformers import Trainer
+
+    original, saves = Trainer._save_checkpoint, []
+
+    def save_then_sigterm(self, *args, **kwargs):
+        out = original(self, *args, **kwargs)
+        saves.append(self.state.global_step)
+        if len(saves) == 1:
+            os.kill(os.getpid(), signal.SIGTERM)  # right after the first epoch's checkpoint
+        return out
+
+    monkeypatch.setattr(Trainer, "_save_checkpoint", save_then_sigterm)
+    args = ["--table", "001", "--dataset", "embedded", "--systems", "pairwise", "--seeds", "1", "--epochs", "2"]
+    code, report = run(tmp_path, *args, model=stock_checkpoint("bert"))
+    assert code == 3 and report["runs"] == {}
+    partial = report["partial_runs"]["pairwise"]["42"]
+    assert partial["checkpoint"].endswith(f"checkpoint-{saves[0]}") and "SIGTERM" in partial["segments"][0]["stopped"]
+
+    code, report = run(tmp_path, *args, model=stock_checkpoint("bert"))
+    assert code == 0 and report["complete"] and report["partial_runs"]["pairwise"] == {}
+    record = report["runs"]["pairwise"]["42"]
+    assert record["resumed_from"] == partial["checkpoint"] and len(record["earlier_segments"]) == 1
+    assert [h["epoch"] for h in record["dev_history"]] == [1.0, 2.0] and saves[1] == 2 * saves[0]
+
+
+@pytest.mark.slow
+def test_the_qe_table_compares_the_two_lambdas(tmp_path):
+    code, report = run(tmp_path, "--table", "003", "--qe_dataset", "embedded", "--seeds", "1", model="tiny")
+    assert code == 0
+    lambda_0, lambda_qe = (report["runs"][s]["42"] for s in ("lambda_0", "lambda_qe"))
+    assert lambda_0["contrastive_weight"] == 0.0 and lambda_qe["contrastive_weight"] == 0.2
+    assert lambda_0["per_question"].keys() == lambda_qe["per_question"].keys()
+    comparison = report["summary"]["comparisons"]["lambda_qe - lambda_0"]
+    assert comparison["ours"]["num_questions"] == len(lambda_0["per_question"])
+    assert comparison["paper"][0]["diff_points"] == {"sp_f1": 0.2}  # 003 Table 3, Longformer-base
+    assert "sp F1 (paper)" in report["markdown"] and "83.9" in report["markdown"]
+
+
+@pytest.mark.slow
+@pytest.mark.wikiqa
+@needs_wikiqa()
+def test_the_joint_table_on_wikiqa_with_the_cascade(tmp_path, stock_checkpoint, monkeypatch):
+    monkeypatch.setenv("AS2HUB_WIKIQA_DIR", str(WIKIQA_DIR))
+    args = ["--table", "004", "--systems", "joint_all,cascade", "--seeds", "1", "--max_train_samples", "40"]
+    code, report = run(tmp_path, *args, model=stock_checkpoint("bert"))
+    assert code == 0 and set(report["runs"]) == {"pairwise", "joint_all", "cascade"}  # the cascade's pairwise ran
+    for record in (r["42"] for r in report["runs"].values()):
+        assert record["test"]["num_questions"] == 237 and record["test"]["num_pairs"] == 2341  # WikiQA clean test
+    cascade = report["runs"]["cascade"]["42"]
+    assert "--pairwise_model" in cascade["argv"] and "--first_token_attention" in cascade["argv"]
+    assert report["pretraining"]["mspp"]["status"] == "done"
+    assert "004: tables not extracted" in report["markdown"]
+    assert report["summary"]["comparisons"]["cascade - pairwise"]["paper_direction"] == 1
+
+
+def test_the_command_line_reports_a_missing_file_without_a_traceback(tmp_path):
+    # The inputs are checked before torch or as2hub is imported: about a second.
+    env = {**os.environ, "AS2HUB_WIKIQA_DIR": str(tmp_path / "none"), "OMP_NUM_THREADS": "1"}
+    command = [sys.executable, str(BENCHMARKS / "reproduce.py"), "--table", "004", "--model", "tiny",
+               "--results", str(tmp_path / "r.json"), "--output_root", str(tmp_path / "out")]  # fmt: skip
+    done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 2, done.stderr[-2000:]
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and "WikiQA-train.tsv.gz" in lines[0] and "Traceback" not in done.stderr
+    assert not (tmp_path / "r.json").exists()
+    command[command.index("tiny")] = str(tmp_path / "no_model")  # a model folder that is not there
+    done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=300)
+    lines = done.stderr.strip().splitlines()
+    assert done.returncode == 2 and len(lines) == 1 and "Traceback" not in done.stderr, done.stderr[-2000:]
+    assert f"model folder {tmp_path / 'no_model'} has no config.json" in lines[0] and "--model" in lines[0]
