@@ -24,7 +24,7 @@ as2hub's ``compute_as2_metrics``, cross-checked with torchmetrics; differences a
 test questions. The paper's findings to check: a joint model without MSPP falls below pairwise, with MSPP it rises
 above it, and the cascade raises P@1.
 
-Usage (2 CPU cores; estimates for an otherwise idle machine, see the README for measured times)::
+Usage (2 CPU cores; estimates for an otherwise idle machine, see benchmarks/README.md for measured times)::
 
     nohup python benchmarks/bench_joint_wikiqa.py > /tmp/joint_wikiqa.log 2>&1 &
     python benchmarks/bench_joint_wikiqa.py --max_train_samples 300 --pretrain_steps 2 --max_corpus_documents 60 \\

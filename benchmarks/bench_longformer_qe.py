@@ -23,7 +23,7 @@ NAACL 2022) on WikiQA as an evidence task, the step-time cost of the contrastive
    tokens (truncated there), in a fresh subprocess per setting: the time of a training forward and of forward +
    backward, and the peak RSS growth, with gradient checkpointing off and on; plus an inference forward.
 
-Usage (2 shared CPU cores; see the README's results for measured figures)::
+Usage (2 shared CPU cores; see benchmarks/README.md for measured figures)::
 
     nohup python benchmarks/bench_longformer_qe.py > /tmp/bench_longformer_qe.log 2>&1 &      # all three parts
     python benchmarks/bench_longformer_qe.py --parts overhead,long                             # ~10 min

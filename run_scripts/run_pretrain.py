@@ -25,7 +25,7 @@ one pass; which candidates come from its paragraph?) and are then fine-tuned by 
 Examples are generated on the fly by default (fresh negatives every epoch, split across dataloader workers; every rank
 takes its slice of each global batch); ``--materialize`` generates them once with ``datasets.map`` (``--save_examples
 DIR`` keeps Parquet shards, ``--examples_dir DIR`` streams them back); ``--corpus_streaming`` reads a ``datasets``
-corpus with ``streaming=True``. Several processes (README "Scaling out")::
+corpus with ``streaming=True``. Several processes (run_scripts/README.md, "Scaling out")::
 
     torchrun --nproc_per_node 8 -m as2hub.run_scripts.run_pretrain --per_device_train_batch_size 64 \
         --gradient_accumulation_steps 8 ...          # 64 x 8 x 8 = 4,096 examples per step, the papers' batch
@@ -292,8 +292,9 @@ def _model_type(source: str) -> str | None:
     return load_config(source).model_type
 
 
-def build_joint_model(model_args: PretrainModelArguments, tokenizer, objective: Objective):
+def build_joint_model(model_args: PretrainModelArguments, tokenizer, objective: str | Objective):
     """A ``*ForJointPretraining`` model (MLM + MSPP): continued from a checkpoint, from a config, or tiny from scratch."""
+    objective = resolve_objective(objective)
     if model_args.model_type not in JOINT_PRETRAINING_MODELS:
         raise ArgumentError(
             f"--model_type must be one of {sorted(JOINT_PRETRAINING_MODELS)}, got {model_args.model_type!r}"
@@ -330,9 +331,10 @@ def build_joint_model(model_args: PretrainModelArguments, tokenizer, objective: 
     return model_class(config)
 
 
-def build_model(model_args: PretrainModelArguments, tokenizer, objective: Objective):
+def build_model(model_args: PretrainModelArguments, tokenizer, objective: str | Objective):
     """A ``*ForSSPPretraining`` model (``*ForJointPretraining`` for MSPP): continued from a checkpoint, from a
     config, or a tiny one from scratch."""
+    objective = resolve_objective(objective)
     if objective.joint:
         return build_joint_model(model_args, tokenizer, objective)
     if model_args.model_type not in SSP_MODELS:
