@@ -4,8 +4,9 @@ Input: WikiQA pairs (train, dev, test; question, candidate, context), repeated t
 Model: MiniLM-L6 (all-MiniLM-L6-v2) as an untrained contextual ``BertForContextualAS2`` (speed does not depend on the
 head's training), max length 256, batch 64.
 
-- throughput (``--pairs`` pairs): one in-process ``Ranker.score_pairs`` per ``--rows_per_shard`` rows, all cores
-  (the reference); ``score_files(engine="datasets", workers=1)``; ``score_files(engine="ray", workers=1 | 2)`` on a
+- throughput (``--pairs`` pairs): one in-process ``Ranker.score_pairs`` per ``--rows_per_shard`` rows, all cores,
+  timed right before each system (the load of a shared machine drifts; each ratio is to its own reference), then
+  ``score_files(engine="datasets", workers=1)``; ``score_files(engine="ray", workers=1 | 2)`` on a
   running local Ray instance (started before the clock: a cluster is up before a job is sent), threads = cores /
   workers. Times include reading, the workers' model loading and writing the shards;
 - memory: ``as2hub-score --engine datasets --workers 1`` (``--memory_engine ray``: Ray's raylet, object store and
@@ -143,6 +144,9 @@ def memory_run(folder, path: Path, output: Path, rows_per_shard: int, engine: st
 def main(argv=None) -> dict:
     args = parse_args(argv)
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    # Ray starts its workers (Serve replicas and proxy, Ray Data actors) 15 niceness steps below the driver; on a shared
+    # machine that would time them at a lower priority than the in-process reference: same niceness for both
+    os.environ.setdefault("RAY_worker_niceness", "0")
     work = Path(args.work_dir)
     work.mkdir(parents=True, exist_ok=True)
     report = {"date": now_iso(), "machine": machine_info(), "args": vars(args)}
@@ -150,48 +154,42 @@ def main(argv=None) -> dict:
     rows = wikiqa_rows()
     data = write_input(work / "pairs.jsonl", rows, args.pairs)
 
-    from as2hub.run_scripts.score import score_files
-
-    results = [in_process(folder, data, args.rows_per_shard)]
-    print(results[-1], flush=True)
-    summary = score_files(
-        str(folder),
-        [data],
-        work / "out-datasets",
-        engine="datasets",
-        rows_per_shard=args.rows_per_shard,
-        overwrite=True,
-    )
-    results.append(
-        {"system": "as2hub-score datasets", "workers": 1, "pairs": summary["rows"], "seconds": summary["seconds"]}
-    )
-    print(results[-1], flush=True)
-
     import ray
 
+    from as2hub.run_scripts.score import score_files
+
+    def paired(system, workers, run):
+        """The in-process reference right before the system (the load of a shared machine drifts)."""
+        reference = in_process(folder, data, args.rows_per_shard)
+        reference["system"] = "in-process Ranker (ref. for the next row)"
+        summary = run()
+        row = {"system": system, "workers": workers, "pairs": summary["rows"], "seconds": summary["seconds"]}
+        for item in (reference, row):
+            item["pairs_per_s"] = item["pairs"] / item["seconds"]
+        reference["vs_in_process"] = 1.0
+        row["vs_in_process"] = row["pairs_per_s"] / reference["pairs_per_s"]
+        print(reference, row, sep="\n", flush=True)
+        return [reference, row]
+
+    common = {"rows_per_shard": args.rows_per_shard, "overwrite": True}
+    results = paired(
+        "as2hub-score datasets",
+        1,
+        lambda: score_files(str(folder), [data], work / "out-datasets", engine="datasets", **common),
+    )
     ray.init(include_dashboard=False, log_to_driver=False)
     try:
         for workers in (1, 2):
             out = work / f"out-ray-{workers}"
-            shutil.rmtree(out, ignore_errors=True)
-            summary = score_files(
-                str(folder), [data], out, engine="ray", workers=workers, rows_per_shard=args.rows_per_shard
+            results += paired(
+                "as2hub-score Ray Data",
+                workers,
+                lambda out=out, workers=workers: score_files(
+                    str(folder), [data], out, engine="ray", workers=workers, **common
+                ),
             )
-            results.append(
-                {
-                    "system": "as2hub-score Ray Data",
-                    "workers": workers,
-                    "pairs": summary["rows"],
-                    "seconds": summary["seconds"],
-                }
-            )
-            print(results[-1], flush=True)
     finally:
         ray.shutdown()
-    reference = results[0]["pairs"] / results[0]["seconds"]
-    for row in results:
-        row["pairs_per_s"] = row["pairs"] / row["seconds"]
-        row["vs_in_process"] = row["pairs_per_s"] / reference
     report["throughput"] = results
     table = format_table(
         ["system", "workers", "pairs", "seconds", "pairs/s", "x in-process"],

@@ -2,8 +2,8 @@
 clients sending WikiQA test questions with their candidates.
 
 - in-process: ``Ranker.from_pretrained(folder, backend=...)``, one question after another (``ranker.rank(q,
-  candidates)``), ``torch.set_num_threads(--threads)``, timed before and after the service (a shared machine's load
-  drifts); the mean of the two pairs/s is the reference of the ratio column;
+  candidates)``), ``torch.set_num_threads(--threads)``, timed right before each concurrency level (the load of a
+  shared machine drifts): the ratio column compares each level with its own reference;
 - service: the same folder and backend behind ``as2hub.run_scripts.serve`` (Ray Serve, FastAPI ingress, one replica
   with ``--threads`` threads, ``@serve.batch`` of up to 32 requests, 5 ms wait), started in this process; N asyncio
   clients (aiohttp, one process: the clients share the machine with the service, as on a 2-core box they must) post
@@ -82,7 +82,7 @@ def percentile(values, q):
     return ordered[min(len(ordered) - 1, int(round(q / 100 * (len(ordered) - 1))))]
 
 
-def in_process(folder, questions, args) -> dict:
+def load_ranker(folder, args):
     import torch
 
     from as2hub.modeling.ranking import Ranker
@@ -90,8 +90,12 @@ def in_process(folder, questions, args) -> dict:
     torch.set_num_threads(args.threads)
     options = {"num_threads": args.threads} if args.backend == "onnx" else {}
     ranker = Ranker.from_pretrained(folder, backend=args.backend, max_length=256, batch_size=64, **options)
-    for question, candidates in questions[:5]:  # warm-up
-        ranker.rank(question, candidates)
+    for _ in range(3):  # warm-up
+        ranker.rank("what is a warm-up?", ["A short run before timing.", "Nothing."] * 4)
+    return ranker
+
+
+def in_process(ranker, questions, args) -> dict:
     latencies, pairs = [], 0
     started = time.perf_counter()
     for question, candidates in questions:
@@ -155,19 +159,22 @@ async def load(url, questions, clients, max_seconds) -> dict:
 def main(argv=None) -> dict:
     args = parse_args(argv)
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    # Ray starts its workers (Serve replicas and proxy, Ray Data actors) 15 niceness steps below the driver; on a shared
+    # machine that would time them at a lower priority than the in-process reference: same niceness for both
+    os.environ.setdefault("RAY_worker_niceness", "0")
     report = {"date": now_iso(), "machine": machine_info(), "args": vars(args)}
     folder = build_model(Path(args.work_dir) / "minilm_pairwise", args.backend)
     questions = wikiqa_questions(args.max_questions)
     report["questions"] = len(questions)
     report["pairs"] = sum(len(c) for _, c in questions)
-    rows = [in_process(folder, questions, args)]
-    print(rows[-1], flush=True)
+    ranker = load_ranker(folder, args)
 
     import ray
     from ray import serve
 
     from as2hub.run_scripts.serve import ServeConfig, build_app
 
+    rows = []
     ray.init(include_dashboard=False, log_to_driver=False)
     try:
         port = 8765
@@ -181,17 +188,17 @@ def main(argv=None) -> dict:
         )
         serve.run(build_app(config), name="bench", route_prefix="/", blocking=False)
         for clients in [int(c) for c in args.clients.split(",")]:
-            rows.append(asyncio.run(load(f"http://127.0.0.1:{port}/rerank", questions, clients, args.max_seconds)))
-            print(rows[-1], flush=True)
+            # paired: the in-process reference right before each level (a shared machine's load drifts)
+            reference = in_process(ranker, questions, args)
+            reference["clients"] = f"(ref. for {clients})"
+            served = asyncio.run(load(f"http://127.0.0.1:{port}/rerank", questions, clients, args.max_seconds))
+            served["vs_in_process"] = served["pairs_per_s"] / reference["pairs_per_s"]
+            reference["vs_in_process"] = 1.0
+            rows += [reference, served]
+            print(reference, served, sep="\n", flush=True)
     finally:
         serve.shutdown()
         ray.shutdown()
-    rows.append(in_process(folder, questions, args))  # again: the load of a shared machine drifts
-    rows[-1]["system"] = "in-process Ranker (again)"
-    print(rows[-1], flush=True)
-    reference = (rows[0]["pairs_per_s"] + rows[-1]["pairs_per_s"]) / 2  # the ratio's reference: the mean of both
-    for row in rows:
-        row["vs_in_process"] = row["pairs_per_s"] / reference
     report["rows"] = rows
     report["load_average_at_end"] = list(os.getloadavg())
     table = format_table(

@@ -38,10 +38,7 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-try:
-    from as2hub.run_scripts.arguments import ArgumentError, run_cli
-except ImportError:  # the tree before run_scripts/common.py became arguments.py
-    from as2hub.run_scripts.common import ArgumentError, run_cli
+from as2hub.run_scripts.arguments import ArgumentError, run_cli
 
 logger = logging.getLogger("as2hub.score")
 
@@ -241,7 +238,7 @@ def load_ranker(config: ScoreConfig):
     options = {"backend": config.backend}
     if config.quantize is not None:
         options["quantize"] = config.quantize
-    if config.threads is not None and config.backend == "onnx":
+    if config.threads is not None and (config.backend == "auto" or config.backend.startswith("onnx")):
         options["num_threads"] = config.threads
     return Ranker.from_pretrained(config.model, max_length=config.max_length, batch_size=config.batch_size, **options)
 
@@ -459,7 +456,7 @@ def run_ray(pending: list[Shard], config: ScoreConfig, output_dir: Path, workers
         ShardScorer,
         fn_constructor_kwargs={"config": asdict(config), "output_dir": str(output_dir)},
         batch_size=1,
-        concurrency=workers,
+        compute=ray.data.ActorPoolStrategy(size=workers),
         num_cpus=config.threads,
     )
     done = 0

@@ -50,10 +50,7 @@ import threading
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-try:
-    from as2hub.run_scripts.arguments import ArgumentError, run_cli
-except ImportError:  # the tree before run_scripts/common.py became arguments.py
-    from as2hub.run_scripts.common import ArgumentError, run_cli
+from as2hub.run_scripts.arguments import ArgumentError, run_cli
 
 logger = logging.getLogger("as2hub.serve")
 
@@ -130,11 +127,12 @@ def check_folders(config: ServeConfig) -> None:
 
 def load_options(config: ServeConfig) -> dict:
     """Keyword arguments for ``Ranker.from_pretrained`` / ``JointRanker.from_pretrained``: the backend string is
-    passed on as given; ``num_threads`` only for ONNX Runtime (torch takes ``torch.set_num_threads``)."""
+    passed on as given; ``num_threads`` only for ONNX Runtime backends and ``auto`` (the replica also sets
+    ``torch.set_num_threads``, which the torch backends use)."""
     options = {"backend": config.backend}
     if config.quantize is not None:
         options["quantize"] = config.quantize
-    if config.threads is not None and config.backend == "onnx":
+    if config.threads is not None and (config.backend == "auto" or config.backend.startswith("onnx")):
         options["num_threads"] = config.threads
     return options
 
@@ -481,25 +479,47 @@ def main(argv: list[str] | None = None) -> int:
     config = config_from_args(args)
     check_folders(config)
     require_serve()
-    import ray
-    from ray import serve
-
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
-    start(config, args.replicas, args.host, args.port, args.address)
+    try:
+        start(config, args.replicas, args.host, args.port, args.address)
+    except RuntimeError as error:  # the replicas could not load the ranker
+        cause = replica_error() or str(error)
+        stop_serving(args.address)
+        raise ArgumentError(f"the ranker did not start in its replicas: {cause}") from error
     url = f"http://{args.host}:{args.port}"
     print(
         f"as2hub-serve: {config.model} on {url} (POST /rerank, POST /v1/rerank, GET /health); Ctrl-C stops", flush=True
     )
     stop.wait()
     print("as2hub-serve: stopping", flush=True)
-    if args.address is None:
+    stop_serving(args.address)
+    return 0
+
+
+def replica_error() -> str | None:
+    """The last line of the failed deployment's message (its replica's exception), or None."""
+    from ray import serve
+
+    try:
+        deployments = serve.status().applications[APP_NAME].deployments
+    except Exception:  # noqa: BLE001 - only a better message is at stake
+        return None
+    lines = [line.strip() for d in deployments.values() for line in (d.message or "").splitlines() if line.strip()]
+    return lines[-1] if lines else None
+
+
+def stop_serving(address) -> None:
+    """A private Ray instance is stopped; on a shared cluster only this application is removed."""
+    import ray
+    from ray import serve
+
+    if address is None:
         serve.shutdown()
         ray.shutdown()
-    else:  # a shared cluster: remove this app, leave the cluster running
+    else:
         serve.delete(APP_NAME)
-    return 0
 
 
 def cli(argv: list[str] | None = None) -> int:

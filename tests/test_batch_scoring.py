@@ -183,6 +183,7 @@ def test_a_malformed_parquet_row_names_its_row(model_dir, tmp_path, capsys):
 @pytest.mark.skipif(not HAS_RAY, reason='Ray Data is not installed: pip install "as2hub[serve]"')
 def test_ray_data_with_two_workers_gives_the_same_output(model_dir, inputs, reference, tmp_path):
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    os.environ.setdefault("RAY_worker_niceness", "0")  # actors at the test's priority (Ray's default: 15 below)
     import ray
 
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)

@@ -201,35 +201,13 @@ def wait_healthy(url: str, timeout: float, process=None) -> None:
     raise AssertionError(f"{url}/health did not answer 200 within {timeout} s")
 
 
-@needs_serve
-@pytest.mark.slow
-def test_the_command_serves_a_folder_and_stops_on_sigint(folders):
-    """``as2hub-serve FOLDER --port P``: starts its own Ray, answers, and Ctrl-C stops it (exit 0)."""
-    port = free_port()
-    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0"}
-    command = [sys.executable, "-m", "as2hub.run_scripts.serve", str(folders["pairwise"]), "--port", str(port)]
-    command += ["--threads", "1", "--max_length", str(MAX_LENGTH)]
-    process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    try:
-        wait_healthy(f"http://127.0.0.1:{port}", 150, process)
-        answer = post(f"http://127.0.0.1:{port}/rerank", {"query": QUESTION, "texts": TEXTS})
-        assert answer.status_code == 200 and sorted(r["index"] for r in answer.json()) == list(range(len(TEXTS)))
-        process.send_signal(signal.SIGINT)
-        output, _ = process.communicate(timeout=60)
-        assert process.returncode == 0, output[-3000:]
-        assert "as2hub-serve: stopping" in output
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.communicate()
-
-
 @pytest.fixture(scope="module")
 def service(folders):
     """One local Ray + Serve for the module: /ctx (contextual, one replica) and /cascade (joint + pairwise)."""
     if not HAS_SERVE:
         pytest.skip('the serve extra is not installed: pip install "as2hub[serve]"')
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    os.environ.setdefault("RAY_worker_niceness", "0")  # replicas at the test's priority (Ray's default: 15 below)
     import ray
     from ray import serve
 
@@ -336,6 +314,37 @@ def test_concurrent_clients_are_batched_and_each_gets_its_own_answer(service, fo
         expected = ranker.rank(question, TEXTS)
         assert [r["index"] for r in answer.json()] == [r.index for r in expected]
         assert [r["score"] for r in answer.json()] == pytest.approx([r.score for r in expected], abs=1e-5)
+
+
+@needs_serve
+@pytest.mark.slow
+def test_the_command_deploys_on_a_running_cluster_and_leaves_on_sigint(service, folders):
+    """``as2hub-serve FOLDER --address ADDRESS``: joins the running Ray instance (here the module's, as on a cluster),
+    answers at "/", and Ctrl-C removes its application and leaves the cluster (and the other applications) running.
+    (Without --address the command starts and stops a private Ray instance instead.)"""
+    import ray
+
+    port = service.rsplit(":", 1)[1]
+    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0"}
+    command = [sys.executable, "-m", "as2hub.run_scripts.serve", str(folders["pairwise"]), "--port", port]
+    command += ["--threads", "1", "--max_length", str(MAX_LENGTH), "--address", ray.get_runtime_context().gcs_address]
+    process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        wait_healthy(service, 150, process)
+        answer = post(f"{service}/rerank", {"query": QUESTION, "texts": TEXTS})
+        assert answer.status_code == 200 and sorted(r["index"] for r in answer.json()) == list(range(len(TEXTS)))
+        info = request(f"{service}/info").json()
+        assert info["kind"] == "pairwise" and info["model"] == str(folders["pairwise"])
+        process.send_signal(signal.SIGINT)
+        output, _ = process.communicate(timeout=60)
+        assert process.returncode == 0, output[-3000:]
+        assert "as2hub-serve: stopping" in output
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.communicate()
+    assert request(f"{service}/health").status_code == 404  # the application is gone
+    assert post(f"{service}/ctx/rerank", {"query": "q", "texts": ["a"]}).status_code == 200  # the others answer
 
 
 BAD_INPUT = [
