@@ -144,6 +144,26 @@ def test_the_cascade_and_a_joint_model_alone_rank_as_joint_ranker(folders):
     assert [r.stage for r in cascade.rank_many(queries)[0]].count("joint") == K
 
 
+@pytest.mark.skipif(
+    importlib.util.find_spec("onnxruntime") is None, reason='needs the onnx extra: pip install "as2hub[onnx]"'
+)
+def test_the_backend_is_passed_on_to_the_ranker(folders, tmp_path):
+    import shutil
+
+    from as2hub.modeling.onnx_backend import export_onnx
+
+    folder = shutil.copytree(folders["pairwise"], tmp_path / "pairwise")
+    export_onnx(folder)
+    scorer = RerankScorer(ServeConfig(model=str(folder), backend="onnx", threads=1, max_length=MAX_LENGTH))
+    assert type(scorer.ranker.model).__name__ == "OnnxRankerModel"
+    expected = Ranker.from_pretrained(folder, backend="onnx", num_threads=1, max_length=MAX_LENGTH).rank(
+        QUESTION, TEXTS
+    )
+    got = scorer.rank_many([Query(QUESTION, TEXTS)])[0]
+    assert [r.index for r in got] == [r.index for r in expected]
+    assert [r.score for r in got] == pytest.approx([r.score for r in expected], abs=1e-6)
+
+
 def test_one_failing_request_fails_alone(folders, monkeypatch):
     scorer = RerankScorer(config(folders, "pairwise"))
     original = scorer.rank_many
