@@ -18,9 +18,9 @@ demo: $(BIN)/python
 	$(BIN)/python -m as2hub.run_scripts.demo --output_dir outputs/demo
 
 # The test suite, as CI runs it (non-editable install: checks what users get from `pip install .`); the onnx extra
-# so that the ONNX Runtime tests run.
+# so that the ONNX Runtime tests run, the serve extra (Ray Serve, Ray Data) so that the service and batch-scoring tests run.
 test: $(BIN)/python
-	$(BIN)/pip install --quiet "$(TORCH)" ".[test,onnx]"
+	$(BIN)/pip install --quiet "$(TORCH)" ".[test,onnx,serve]"
 	$(BIN)/pytest -q
 
 lint: $(BIN)/python
