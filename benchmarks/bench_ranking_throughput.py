@@ -42,6 +42,7 @@ import json
 import logging
 import os
 import shutil
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -74,11 +75,20 @@ def parse_args(argv=None):
         action="store_true",
         help="no timing: score once with as2hub torch / ONNX / ONNX int8 and report MAP and the int8 MAP change",
     )
+    parser.add_argument(
+        "--bf16",
+        choices=("auto", "on", "off"),
+        default="auto",
+        help="torch bf16 rows (as2hub torch-bf16, CrossEncoder torch bf16): auto = where the CPU has bf16 hardware "
+        "(avx512_bf16 / amx_bf16); 'on' also runs them emulated (correctness, not speed)",
+    )
+    parser.add_argument("--systems", default=None, help="comma-separated subset of system names (default: all)")
     parser.add_argument("--no_wait", action="store_true", help="do not wait for a quiet CPU before timing")
     parser.add_argument("--max_wait_minutes", type=float, default=30.0)
     parser.add_argument("--results", default=str(RESULTS_DIR / "ranking_throughput.json"))
     args = parser.parse_args(argv)
     args.threads = [int(t) for t in args.threads.split(",")]
+    args.systems = set(args.systems.split(",")) if args.systems else None
     return args
 
 
@@ -179,11 +189,14 @@ def optimum_available() -> bool:
     return True
 
 
-def cross_encoder(folder: Path, args, threads: int, graph: str | None = None):
+def cross_encoder(folder: Path, args, threads: int, graph: str | None = None, dtype=None, device: str = "cpu"):
+    """The peer: ``CrossEncoder(folder)`` in torch (``dtype``: ``model_kwargs={"dtype": ...}``, the cheapest switch a
+    sentence-transformers user can make), or on an ONNX graph."""
     from sentence_transformers import CrossEncoder
 
     if graph is None:
-        return CrossEncoder(str(folder), trust_remote_code=True, max_length=args.max_length, device="cpu")
+        kwargs = {"model_kwargs": {"dtype": dtype}} if dtype is not None else {}
+        return CrossEncoder(str(folder), trust_remote_code=True, max_length=args.max_length, device=device, **kwargs)
     import onnxruntime
 
     options = onnxruntime.SessionOptions()
@@ -208,6 +221,7 @@ def make_systems(kind: str, folders: dict, data: dict, args, threads: int) -> di
     pairs = data["context_pairs"] if kind == "contextual" else data["pairs"]
     common = {"max_length": args.max_length, "batch_size": args.batch_size}
     as2hub_folder = folders[kind]
+    bf16 = use_bf16(args)
     rankers = {
         "as2hub torch": Ranker.from_pretrained(as2hub_folder, **common),
         "as2hub ONNX": Ranker.from_pretrained(as2hub_folder, backend="onnx", num_threads=threads, **common),
@@ -215,6 +229,11 @@ def make_systems(kind: str, folders: dict, data: dict, args, threads: int) -> di
             as2hub_folder, backend="onnx", quantize="int8", num_threads=threads, **common
         ),
     }
+    if bf16:
+        rankers["as2hub torch bf16"] = Ranker.from_pretrained(as2hub_folder, backend="torch-bf16", **common)
+    if torch.cuda.is_available():
+        for name in ("cuda-fp16", "cuda-bf16"):
+            rankers[f"as2hub {name}"] = Ranker.from_pretrained(as2hub_folder, backend=name, **common)
     systems = {
         name: ("as2hub", lambda r=ranker: r.score_pairs(questions, candidates, contexts).numpy())
         for name, ranker in rankers.items()
@@ -222,6 +241,11 @@ def make_systems(kind: str, folders: dict, data: dict, args, threads: int) -> di
     ce_folder = folders["peer"] if kind == "pairwise" else as2hub_folder
     ce_graphs = {"fp32": "model.onnx", "int8": PEER_INT8 if kind == "pairwise" else GRAPH_FILES["int8"]}
     encoders = {"CrossEncoder torch": cross_encoder(ce_folder, args, threads)}
+    if bf16:
+        encoders["CrossEncoder torch bf16"] = cross_encoder(ce_folder, args, threads, dtype=torch.bfloat16)
+    if torch.cuda.is_available():
+        for label, dtype in (("fp16", torch.float16), ("bf16", torch.bfloat16)):
+            encoders[f"CrossEncoder cuda {label}"] = cross_encoder(ce_folder, args, threads, dtype=dtype, device="cuda")
     if optimum_available():
         encoders["CrossEncoder ONNX"] = cross_encoder(ce_folder, args, threads, ce_graphs["fp32"])
         encoders["CrossEncoder ONNX int8"] = cross_encoder(ce_folder, args, threads, ce_graphs["int8"])
@@ -232,7 +256,29 @@ def make_systems(kind: str, folders: dict, data: dict, args, threads: int) -> di
                 pairs, batch_size=args.batch_size, show_progress_bar=False, convert_to_numpy=True
             ),
         )
+    if args.systems:
+        systems = {name: value for name, value in systems.items() if name in args.systems}
     return systems
+
+
+def use_bf16(args) -> bool:
+    from as2hub.modeling.backends import cpu_features
+
+    return args.bf16 == "on" or (args.bf16 == "auto" and cpu_features().bf16_hardware)
+
+
+def cpu_record() -> dict:
+    """The CPU model, the flags that decide the backends, and what ``backend="auto"`` tries on this machine."""
+    from as2hub.modeling.backends import auto_order, cpu_features
+
+    cpu = cpu_features()
+    return {
+        "cpu_model": cpu.model,
+        "relevant_flags": cpu.relevant_flags(),
+        "bf16_hardware": cpu.bf16_hardware,
+        "int8_dot_product": cpu.int8_dot_product,
+        "auto_order": list(auto_order(cpu)),
+    }
 
 
 def main(argv=None) -> dict:
@@ -283,7 +329,7 @@ def main(argv=None) -> dict:
     report = {
         "benchmark": "ranking_throughput",
         "date": now_iso(),
-        "machine": machine_info(),
+        "machine": {**machine_info(), **cpu_record()},
         "settings": {
             "models": {kind: str(source) for kind, source in sources.items()},
             "trained": trained,
@@ -339,6 +385,7 @@ def main(argv=None) -> dict:
                     os.getloadavg()[0],
                 )
         load["end"] = list(os.getloadavg())
+        uptime = _uptime()
         for kind in [k for k in ("pairwise", "contextual") if k in folders]:
             keys = [key for key in systems if key[0] == kind]
             rate = {key: num_pairs / min(times[key]) for key in keys}
@@ -363,6 +410,9 @@ def main(argv=None) -> dict:
                     "map_change_vs_as2hub_torch": maps[key] - maps[torch_key],
                     "max_abs_score_diff_vs_as2hub_torch": float(np.abs(outputs[key] - outputs[torch_key]).max()),
                     "load_average": load,
+                    "uptime": uptime,
+                    "cpu_model": report["machine"]["cpu_model"],
+                    "cpu_flags": report["machine"]["relevant_flags"],
                 }
                 report["runs"].append(run)
                 table.append(
@@ -378,17 +428,25 @@ def main(argv=None) -> dict:
                         f"{run['max_abs_score_diff_vs_as2hub_torch']:.1e}",
                     ]
                 )
+            as2hub_keys = [key for key in keys if systems[key][0] == "as2hub"]
+            fastest = max(as2hub_keys, key=rate.get)
             report["checks"][f"{kind}_threads_{threads}"] = {
-                "onnx_fp32_max_abs_diff_vs_torch": float(
-                    np.abs(outputs[(kind, "as2hub ONNX")] - outputs[torch_key]).max()
-                ),
-                "int8_map_change": maps[(kind, "as2hub ONNX int8")] - maps[torch_key],
+                "best_crossencoder": best_ce[1],
+                "best_crossencoder_pairs_per_s": rate[best_ce],
+                "fastest_as2hub": fastest[1],
+                "fastest_as2hub_vs_best_crossencoder": rate[fastest] / rate[best_ce],
+                "fastest_as2hub_map_change": maps[fastest] - maps[torch_key],
+                "target_2x_met": rate[fastest] / rate[best_ce] >= 2.0 and abs(maps[fastest] - maps[torch_key]) <= 0.005,
+                **{
+                    f"{name}_map_change": maps[key] - maps[torch_key]
+                    for key in as2hub_keys
+                    for name in [key[1].removeprefix("as2hub ").replace(" ", "_")]
+                },
                 "crossencoder_torch_max_abs_diff_vs_as2hub_torch": float(
                     np.abs(outputs[ce_torch] - outputs[torch_key]).max()
                 ),
-                "as2hub_int8_vs_best_crossencoder": rate[(kind, "as2hub ONNX int8")] / rate[best_ce],
-                "as2hub_int8_vs_crossencoder_torch_fp32": rate[(kind, "as2hub ONNX int8")] / rate[ce_torch],
                 "load_average": load,
+                "uptime": uptime,
             }
         logger.info("threads %d: %s", threads, {k: v for k, v in report["checks"].items() if k.endswith(f"_{threads}")})
         write_json(args.results, report)
@@ -406,6 +464,14 @@ def main(argv=None) -> dict:
     )
     headers = ["model", "system", "threads", "pairs/s", "vs best CE", "vs CE torch", "MAP", "ΔMAP", "max |Δscore|"]
     print(format_table(headers, table))
+    machine = report["machine"]
+    print(f"CPU {machine['cpu_model']} [{' '.join(machine['relevant_flags'])}]; auto tries {machine['auto_order']}")
+    for name, check in report["checks"].items():
+        print(
+            f"{name}: best peer on this machine: {check['best_crossencoder']} "
+            f"({check['best_crossencoder_pairs_per_s']:.1f} pairs/s); fastest as2hub: {check['fastest_as2hub']} "
+            f"= {check['fastest_as2hub_vs_best_crossencoder']:.2f}x, MAP change {check['fastest_as2hub_map_change']:+.4f}"
+        )
     for threads in args.threads:
         load = report["checks"][f"pairwise_threads_{threads}"]["load_average"]
         print(
@@ -421,7 +487,8 @@ def map_only(args, report, folders, data, question_ids, labels) -> dict:
     from as2hub.modeling.ranking import Ranker
 
     torch.set_num_threads(max(args.threads))
-    report["benchmark"] = "ranking_map_onnx_int8"
+    report["benchmark"] = "ranking_map_per_backend"
+    report["uptime"] = _uptime()
     rows = []
     for kind in [k for k in ("pairwise", "contextual") if k in folders]:
         contexts = data["contexts"] if kind == "contextual" else None
@@ -430,7 +497,10 @@ def map_only(args, report, folders, data, question_ids, labels) -> dict:
             "as2hub torch": {},
             "as2hub ONNX": {"backend": "onnx"},
             "as2hub ONNX int8": {"backend": "onnx", "quantize": "int8"},
+            "as2hub torch bf16": {"backend": "torch-bf16"},  # its MAP, on any CPU (emulated without bf16 hardware)
         }.items():
+            if args.systems and name not in args.systems:
+                continue
             ranker = Ranker.from_pretrained(
                 folders[kind], max_length=args.max_length, batch_size=args.batch_size, **options
             )
@@ -451,12 +521,22 @@ def map_only(args, report, folders, data, question_ids, labels) -> dict:
                 }
             )
             rows.append([kind, name, f"{maps[name]:.4f}", f"{change:+.4f}", f"{diff:.1e}"])
-        report["checks"][f"{kind}_int8_map_change"] = maps["as2hub ONNX int8"] - maps["as2hub torch"]
+        for name in maps:
+            if name != "as2hub torch":
+                key = name.removeprefix("as2hub ").replace(" ", "_")
+                report["checks"][f"{kind}_{key}_map_change"] = maps[name] - maps["as2hub torch"]
     report["date_finished"] = now_iso()
     write_json(args.results, report)
     print(format_table(["model", "system", "MAP", "ΔMAP vs torch", "max |Δscore|"], rows))
     print(f"wrote {args.results}")
     return report
+
+
+def _uptime() -> str:
+    try:
+        return subprocess.run(["uptime"], capture_output=True, text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return f"load average {os.getloadavg()}"
 
 
 def _warm_slice(key, systems, data, sub):

@@ -7,9 +7,9 @@ Example:
     [RankedCandidate(index=1, score=0.93, text='Shakespeare wrote it.'), RankedCandidate(index=0, ...)]
 
 Speed comes from tokenizing every text once in one fast-tokenizer call, sorting pairs by length so each batch pads
-little, padding each batch only to its own longest row, and running under ``torch.inference_mode``. On CPU,
-``Ranker.from_pretrained(path, backend="onnx", quantize="int8")`` runs the same batches through ONNX Runtime (see
-:mod:`as2hub.modeling.onnx_backend`).
+little, padding each batch only to its own longest row, and running under ``torch.inference_mode``. ``Ranker.from_pretrained(path, backend="auto")`` runs the same batches on the fastest
+correct backend for the machine: ONNX Runtime int8 (:mod:`as2hub.modeling.onnx_backend`), torch bf16 where the CPU
+has bf16 hardware, fp16/bf16 on a GPU (:mod:`as2hub.modeling.backends`, ``modeling/BACKENDS.md``).
 
 With a ``pipeline("text-classification", model=folder, trust_remote_code=True)`` pass the context inside the pair::
 
@@ -20,12 +20,17 @@ ids of BERT-style tokenizers (1 for the candidate and the context alike) are rai
 so the pipeline, sentence-transformers' ``CrossEncoder`` and :class:`Ranker` give the same scores.
 """
 
+import logging
 from dataclasses import dataclass
 
 import torch
 from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
+from as2hub.modeling import backends
+from as2hub.modeling.backends import BACKENDS, BackendUnavailableError, check_runnable, normalize, torch_dtype
 from as2hub.modeling.segment_layout import SegmentLayout, pad_batch
+
+logger = logging.getLogger("as2hub.backends")
 
 
 @dataclass(frozen=True)
@@ -43,22 +48,79 @@ def context_text_pair(tokenizer, candidate: str, context: str) -> str:
 
 def load_scoring_model(path, auto_class, backend="torch", quantize=None, num_threads=None, trust_remote_code=True):
     """``(model, folder)`` for a ranker: the torch model (``auto_class``) or an ONNX Runtime session standing in for it
-    (``backend="onnx"``, :class:`~as2hub.modeling.onnx_backend.OnnxRankerModel`; a Hub id resolves to its download)."""
-    if backend == "onnx":
+    (``backend="onnx"``, :class:`~as2hub.modeling.onnx_backend.OnnxRankerModel`; a Hub id resolves to its download).
+    The backend names are those of :mod:`as2hub.modeling.backends`; the one that runs is ``model.as2hub_backend``."""
+    name, quantize = normalize(backend, quantize)
+    if name == "auto":
+        return _load_auto(path, auto_class, quantize, num_threads, trust_remote_code)
+    check_runnable(name)
+    model, folder = _load(name, path, auto_class, quantize, num_threads, trust_remote_code)
+    if name == "torch-bf16" and not backends.cpu_features().bf16_hardware:
+        logger.warning(
+            "backend 'torch-bf16' on %s: no bf16 hardware (avx512_bf16 / amx_bf16), so bf16 matmuls are emulated "
+            "and slower than fp32; backend='auto' picks the fastest backend for this CPU",
+            backends.cpu_features().model,
+        )
+    return model, folder
+
+
+def _load(name, path, auto_class, quantize, num_threads, trust_remote_code):
+    engine = BACKENDS[name][0]
+    if engine == "onnx":
         from .onnx_backend import OnnxRankerModel
 
         model = OnnxRankerModel.from_pretrained(
             path, quantize=quantize, num_threads=num_threads, trust_remote_code=trust_remote_code
         )
+        model.as2hub_backend = "onnx-int8" if quantize == "int8" else "onnx"
         return model, model.graph_path.parent.parent
-    if backend == "torch":
-        if quantize is not None or num_threads is not None:
-            raise ValueError(
-                "quantize and num_threads are options of backend='onnx'; "
-                "for torch use torch.set_num_threads (and torch.ao.quantization)"
-            )
-        return auto_class.from_pretrained(path, trust_remote_code=trust_remote_code), path
-    raise ValueError(f"backend must be 'torch' or 'onnx', got {backend!r}")
+    if quantize is not None or num_threads is not None:
+        raise ValueError(
+            "quantize and num_threads are options of backend='onnx'; "
+            "for torch use torch.set_num_threads (and torch.ao.quantization)"
+        )
+    model = auto_class.from_pretrained(path, trust_remote_code=trust_remote_code)
+    dtype = torch_dtype(name)
+    if engine == "cuda":
+        model = model.to(device="cuda", dtype=dtype)
+    elif dtype != torch.float32:
+        model = model.to(dtype=dtype)
+    model.as2hub_backend = name
+    return model, path
+
+
+def _load_auto(path, auto_class, quantize, num_threads, trust_remote_code):
+    """The first backend of :func:`~as2hub.modeling.backends.auto_order` that loads; one log line says which and why."""
+    if quantize is not None:
+        raise ValueError("backend='auto' chooses the precision itself: pass quantize with backend='onnx'")
+    cpu = backends.cpu_features()
+    skipped = []
+    for name in backends.auto_order(cpu):
+        try:
+            check_runnable(name, cpu)
+            engine = BACKENDS[name][0]
+            threads = num_threads if engine == "onnx" else None
+            model, folder = _load(name, path, auto_class, BACKENDS[name][1] if engine == "onnx" else None,
+                                  threads, trust_remote_code)  # fmt: skip
+        except (ImportError, FileNotFoundError, BackendUnavailableError, ValueError) as error:
+            if name == "torch":
+                raise
+            skipped.append(f"{name}: {_first_line(error)}")
+            continue
+        if engine == "torch" and num_threads is not None:
+            torch.set_num_threads(num_threads)
+        logger.info(
+            "backend='auto' picked %r on %s%s",
+            name,
+            backends.describe_machine(cpu),
+            f" (skipped {'; '.join(skipped)})" if skipped else " (the first choice for this machine)",
+        )
+        return model, folder
+    raise AssertionError("unreachable: 'torch' is the last choice of auto_order")
+
+
+def _first_line(error: Exception) -> str:
+    return str(error).splitlines()[0] if str(error) else type(error).__name__
 
 
 class Ranker:
@@ -73,6 +135,8 @@ class Ranker:
         # torch pads to a multiple of 8; the ONNX backend pads exactly (it sets this attribute to None)
         self.pad_to_multiple_of = getattr(model, "pad_to_multiple_of", 8)
         self.contextual = bool(getattr(model.config, "contextual", False))
+        # which backend scores (``Ranker.from_pretrained`` sets it on the model; a model passed in is "torch")
+        self.backend = getattr(model, "as2hub_backend", "torch")
         self.layout.check_max_length(max_length, 3 if self.contextual else 2)
 
     @classmethod
@@ -85,15 +149,26 @@ class Ranker:
         num_threads: int | None = None,
         **kwargs,
     ) -> "Ranker":
-        """Load a saved ranker; ``backend="onnx"`` scores with ONNX Runtime (``pip install "as2hub[onnx]"``).
+        """Load a saved ranker and the backend that scores with it.
+
+        ``backend``: ``"torch"`` (fp32, the default: the reference scores), ``"auto"`` (the fastest correct backend for
+        this machine; what to use when you do not care, see ``modeling/BACKENDS.md``), ``"torch-bf16"``, ``"onnx"``
+        (``quantize="int8"``, or ``"onnx-int8"``), ``"cuda-fp16"``, ``"cuda-bf16"``
+        (:mod:`as2hub.modeling.backends`). ``ranker.backend`` says which one runs.
 
         ``backend="onnx"`` runs ``onnx/model.onnx`` (``quantize="int8"``: ``onnx/model_qint8_dynamic.onnx``) written by
-        ``as2hub-export-onnx PATH [--quantize int8]``, with ``num_threads`` intra-op threads (default: one per physical
-        core); the graph must come from the folder's current weights. The torch backend uses ``torch.set_num_threads``.
-        Other keyword arguments (``max_length``, ``batch_size``) go to :class:`Ranker`.
+        ``as2hub-export-onnx PATH [--quantize int8]`` (``pip install "as2hub[onnx]"``), with ``num_threads`` intra-op
+        threads (default: one per physical core); the graph must come from the folder's current weights. The torch
+        backends use ``torch.set_num_threads`` (``backend="auto"`` applies ``num_threads`` to whichever it picks).
+        ``"auto"`` never fails where ``"torch"`` works: what cannot run here (no GPU, no extra, no exported graph, a
+        stale graph) is skipped, and one log line on ``as2hub.backends`` names the pick and why. A named backend that
+        cannot run here raises, saying why and what to install. Other keyword arguments (``max_length``,
+        ``batch_size``) go to :class:`Ranker`.
 
         Example:
-            >>> ranker = Ranker.from_pretrained("path/to/ranker", backend="onnx", quantize="int8", num_threads=1)  # doctest: +SKIP
+            >>> ranker = Ranker.from_pretrained("path/to/ranker", backend="auto", num_threads=2)  # doctest: +SKIP
+            >>> ranker.backend  # doctest: +SKIP
+            'onnx-int8'
         """
         model, path = load_scoring_model(
             path, AutoModelForSequenceClassification, backend, quantize, num_threads, trust_remote_code

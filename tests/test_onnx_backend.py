@@ -316,7 +316,7 @@ def test_missing_graph_and_bad_options_are_explained(ranker_folder):
     folder = ranker_folder("bert", False, export="fp32")
     with pytest.raises(FileNotFoundError, match=rf"as2hub-export-onnx {folder} --quantize int8"):
         Ranker.from_pretrained(folder, backend="onnx", quantize="int8")
-    with pytest.raises(ValueError, match="backend must be 'torch' or 'onnx'"):
+    with pytest.raises(ValueError, match="backend must be one of 'auto', 'torch'"):
         Ranker.from_pretrained(folder, backend="tensorrt")
     with pytest.raises(ValueError, match="quantize must be None or one of"):
         Ranker.from_pretrained(folder, backend="onnx", quantize="int4")

@@ -1,0 +1,219 @@
+"""Which scoring backend a ranker runs on: the machine's CPU features and GPU, the installed extras, and
+``backend="auto"``, the choice of the fastest correct one.
+
+Backends (the names :meth:`~as2hub.modeling.ranking.Ranker.from_pretrained` and
+:meth:`~as2hub.modeling.joint_ranking.JointRanker.from_pretrained` take):
+
+============== ======================================================= ================================================
+name           what runs                                               needs
+============== ======================================================= ================================================
+``torch``      the torch model, fp32 (the reference scores)            nothing
+``torch-bf16`` the torch model with bfloat16 weights                   bf16 hardware to be fast (``avx512_bf16`` or
+                                                                       ``amx_bf16``); elsewhere it runs, emulated, slowly
+``onnx``       ONNX Runtime on ``onnx/model.onnx`` (fp32);             ``pip install "as2hub[onnx]"`` and
+               ``quantize="int8"``: ``onnx/model_qint8_dynamic.onnx``  ``as2hub-export-onnx PATH [--quantize int8]``
+``onnx-int8``  the same as ``backend="onnx", quantize="int8"``         as ``onnx``
+``cuda-fp16``  the torch model on the GPU, float16 weights             a CUDA build of torch and a GPU
+``cuda-bf16``  the torch model on the GPU, bfloat16 weights            as ``cuda-fp16``, and a GPU with bf16
+                                                                       (Ampere or newer)
+``auto``       the first of :func:`auto_order` this machine can run    nothing (falls back to ``torch``)
+============== ======================================================= ================================================
+
+ONNX Runtime's int8 kernels (MLAS) pick the CPU's integer dot-product instructions themselves: ``vpmaddubsw`` on AVX2,
+VNNI (``avx512_vnni`` / ``avx_vnni``) and AMX (``amx_int8``) where present, so one int8 graph serves every x86 CPU.
+
+``auto`` never fails where ``torch`` works: a candidate that cannot run here (no GPU, an extra not installed, no
+exported graph, a graph older than the weights) is skipped and the reason logged; the pick is logged in one line on
+the ``as2hub.backends`` logger. An explicitly named backend that cannot run raises :class:`BackendUnavailableError`
+(or ``ImportError`` for a missing extra), saying why and what to install or run.
+
+    >>> from as2hub.modeling.backends import CpuFeatures, auto_order
+    >>> auto_order(CpuFeatures("AMD EPYC", frozenset({"avx2", "fma"})), cuda=False)
+    ('onnx-int8', 'onnx', 'torch')
+    >>> auto_order(CpuFeatures("Intel Xeon", frozenset({"avx512f", "avx512_vnni", "avx512_bf16", "amx_bf16"})), cuda=False)
+    ('torch-bf16', 'onnx-int8', 'onnx', 'torch')
+"""
+
+from __future__ import annotations
+
+import logging
+import platform
+from dataclasses import dataclass
+from functools import lru_cache
+
+logger = logging.getLogger("as2hub.backends")
+
+# name -> (engine, precision); engine "torch" runs the torch model, "onnx" an ONNX Runtime session.
+BACKENDS = {
+    "torch": ("torch", "fp32"),
+    "torch-bf16": ("torch", "bf16"),
+    "onnx": ("onnx", None),  # fp32, or int8 with quantize="int8" (the historical spelling)
+    "onnx-int8": ("onnx", "int8"),
+    "cuda-fp16": ("cuda", "fp16"),
+    "cuda-bf16": ("cuda", "bf16"),
+}
+BACKEND_CHOICES = ("auto", *BACKENDS)
+
+# The CPU flags (as /proc/cpuinfo spells them) that decide the choice, recorded with every benchmark figure.
+RELEVANT_FLAGS = (
+    "avx2",
+    "fma",
+    "f16c",
+    "avx512f",
+    "avx512bw",
+    "avx512_vnni",
+    "avx_vnni",
+    "avx512_bf16",
+    "avx512_fp16",
+    "amx_bf16",
+    "amx_int8",
+    "amx_tile",
+)
+
+INSTALL = {
+    "onnx": 'pip install "as2hub[onnx]"  (onnxruntime and onnx)',
+    "cuda": "a CUDA build of torch (https://pytorch.org/get-started/locally/) on a machine with an NVIDIA GPU",
+}
+
+
+class BackendUnavailableError(RuntimeError):
+    """An explicitly requested backend that this machine cannot run (the message says why and what to do)."""
+
+
+@dataclass(frozen=True)
+class CpuFeatures:
+    """The CPU's model name and its instruction-set flags (``/proc/cpuinfo``; empty where it cannot be read)."""
+
+    model: str
+    flags: frozenset
+
+    @property
+    def bf16_hardware(self) -> bool:
+        """bf16 dot products in hardware: AVX512-BF16 or AMX-BF16 (else bf16 matmuls are emulated in fp32)."""
+        return bool(self.flags & {"avx512_bf16", "amx_bf16"})
+
+    @property
+    def int8_dot_product(self) -> str | None:
+        """The fastest int8 dot-product instructions: ``"amx"``, ``"vnni"``, ``"avx2"`` (``vpmaddubsw``) or None."""
+        if "amx_int8" in self.flags:
+            return "amx"
+        if self.flags & {"avx512_vnni", "avx_vnni"}:
+            return "vnni"
+        if "avx2" in self.flags:
+            return "avx2"
+        return None
+
+    def relevant_flags(self) -> list[str]:
+        return [flag for flag in RELEVANT_FLAGS if flag in self.flags]
+
+    def describe(self) -> str:
+        return f"{self.model} [{' '.join(self.relevant_flags()) or 'no AVX2/AVX-512/AMX flags'}]"
+
+
+def parse_cpuinfo(text: str) -> CpuFeatures:
+    """:class:`CpuFeatures` from the text of ``/proc/cpuinfo`` (the first processor's model name and flags)."""
+    model, flags = "unknown", frozenset()
+    for line in text.splitlines():
+        key, _, value = line.partition(":")
+        key = key.strip()
+        if key == "model name" and model == "unknown":
+            model = value.strip()
+        elif key == "flags" and not flags:
+            flags = frozenset(value.split())
+    return CpuFeatures(model, flags)
+
+
+@lru_cache(maxsize=1)
+def cpu_features() -> CpuFeatures:
+    """This machine's CPU (cached). Outside Linux the flags are unknown (empty): ``auto`` then stays off bf16."""
+    try:
+        with open("/proc/cpuinfo") as handle:
+            return parse_cpuinfo(handle.read())
+    except OSError:
+        return CpuFeatures(platform.processor() or platform.machine() or "unknown", frozenset())
+
+
+def cuda_available() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+def onnx_available() -> bool:
+    try:
+        import onnxruntime  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def auto_order(cpu: CpuFeatures | None = None, cuda: bool | None = None) -> tuple[str, ...]:
+    """The backends ``auto`` tries, fastest first, for a machine.
+
+    GPU: bf16 where the GPU has it, else fp16. CPU: int8 (ONNX Runtime, whose kernels use VNNI / AMX where present)
+    ahead of fp32; with AMX-BF16, torch bf16 first (on such a Xeon, CrossEncoder's bf16 already out-ran ONNX Runtime's
+    dynamic int8: issue 23's table), with AVX512-BF16 alone (no AMX) after int8. The CPU order on AVX2 is measured
+    (``modeling/BACKENDS.md``); the bf16 places are to be measured on a machine that has the hardware.
+    """
+    cpu = cpu or cpu_features()
+    cuda = cuda_available() if cuda is None else cuda
+    order: list[str] = []
+    if cuda:
+        order += ["cuda-bf16", "cuda-fp16"]
+    if "amx_bf16" in cpu.flags:
+        order += ["torch-bf16", "onnx-int8"]
+    elif cpu.bf16_hardware:
+        order += ["onnx-int8", "torch-bf16"]
+    else:
+        order += ["onnx-int8"]
+    order += ["onnx", "torch"]
+    return tuple(order)
+
+
+def normalize(backend: str, quantize: str | None) -> tuple[str, str | None]:
+    """``(name, quantize)`` with the historical spelling ``("onnx", "int8")`` and ``"onnx-int8"`` made one."""
+    if backend not in BACKEND_CHOICES:
+        raise ValueError(f"backend must be one of {', '.join(repr(b) for b in BACKEND_CHOICES)}, got {backend!r}")
+    if backend == "onnx-int8":
+        if quantize not in (None, "int8"):
+            raise ValueError(f"backend='onnx-int8' is int8; got quantize={quantize!r}")
+        return "onnx", "int8"
+    return backend, quantize
+
+
+def check_runnable(name: str, cpu: CpuFeatures | None = None) -> None:
+    """Raise :class:`BackendUnavailableError` / ``ImportError`` when backend ``name`` cannot run on this machine."""
+    engine, precision = BACKENDS[name]
+    if engine == "onnx" and not onnx_available():
+        raise ImportError(f"backend {name!r} needs the `onnx` extra, which is not installed: {INSTALL['onnx']}")
+    if engine == "cuda":
+        import torch
+
+        if not torch.cuda.is_available():
+            build = "a CPU-only build" if torch.version.cuda is None else f"built for CUDA {torch.version.cuda}"
+            raise BackendUnavailableError(
+                f"backend {name!r} needs a CUDA GPU, and torch.cuda.is_available() is False here (torch "
+                f"{torch.__version__}, {build}); install {INSTALL['cuda']}, or use backend='auto' (picks the "
+                "fastest CPU backend) or 'torch'"
+            )
+        if precision == "bf16" and not torch.cuda.is_bf16_supported():
+            raise BackendUnavailableError(
+                f"backend {name!r}: {torch.cuda.get_device_name()} has no bfloat16 support (it needs Ampere or "
+                "newer); use backend='cuda-fp16'"
+            )
+
+
+def torch_dtype(name: str):
+    import torch
+
+    return {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[BACKENDS[name][1] or "fp32"]
+
+
+def describe_machine(cpu: CpuFeatures | None = None) -> str:
+    cpu = cpu or cpu_features()
+    gpu = ""
+    if cuda_available():
+        import torch
+
+        gpu = f", GPU {torch.cuda.get_device_name()}"
+    return f"CPU {cpu.describe()}{gpu}"

@@ -1,0 +1,265 @@
+"""Backends per machine: CPU feature detection, ``backend="auto"``'s choice and fall-backs, bf16 / int8 / GPU scores
+against fp32 torch within each backend's tolerance (every backbone, contextual and pairwise; joint and the cascade),
+and the errors of a backend this machine cannot run."""
+
+import importlib.util
+import logging
+import sys
+
+import pytest
+import torch
+from helpers import BACKBONES
+from test_onnx_backend import CANDIDATES, QUESTION, score_all
+from test_onnx_joint import saved_joint
+from transformers import AutoTokenizer
+
+from as2hub.modeling import CONTEXTUAL_MODELS, backends
+from as2hub.modeling.backends import (
+    BackendUnavailableError,
+    CpuFeatures,
+    auto_order,
+    cpu_features,
+    parse_cpuinfo,
+)
+from as2hub.modeling.joint_ranking import JointRanker
+from as2hub.modeling.onnx_backend import OnnxRankerModel, export_onnx
+from as2hub.modeling.ranking import Ranker
+
+HAS_ONNX = importlib.util.find_spec("onnxruntime") is not None and importlib.util.find_spec("onnx") is not None
+needs_onnx = pytest.mark.skipif(not HAS_ONNX, reason='the onnx extra is not installed: pip install "as2hub[onnx]"')
+HAS_CUDA = torch.cuda.is_available()
+needs_cuda = pytest.mark.skipif(
+    not HAS_CUDA,
+    reason="GPU lane: needs CUDA (torch.cuda.is_available() is False on this machine); run `pytest -m gpu` there",
+)
+
+# Largest |score - fp32 torch score| (probabilities) allowed per backend on the tiny models below, whose weights are
+# drawn with std WEIGHT_STD[backend] so that the scores depend on the input. Measured on 2026-11-25 (AMD EPYC, AVX2),
+# 6 tiny models (3 backbones x contextual/pairwise): bf16 (std 0.3, score spread 0.08-0.55) up to 0.0092; int8
+# (std 0.1, spread 0.004-0.011) up to 0.019. A tiny random model is a poor stand-in for int8: its per-tensor
+# activation scales are set by outliers of random weights (at std 0.3 the error reaches 0.31), so int8's real guard is
+# the WikiQA MAP of a fine-tuned MiniLM in benchmarks/results/ranking_throughput.json (within 0.005 of fp32).
+TOLERANCE = {"torch-bf16": 0.02, "onnx-int8": 0.04, "cuda-fp16": 0.01, "cuda-bf16": 0.02}
+WEIGHT_STD = {"torch-bf16": 0.3, "onnx-int8": 0.1, "cuda-fp16": 0.3, "cuda-bf16": 0.3}
+
+AVX2 = CpuFeatures("AMD EPYC", frozenset({"avx", "avx2", "fma", "f16c"}))
+VNNI = CpuFeatures("Intel Xeon (Cascade Lake)", frozenset({"avx2", "avx512f", "avx512bw", "avx512_vnni"}))
+ZEN4 = CpuFeatures("AMD EPYC 9004", frozenset({"avx2", "avx512f", "avx512_vnni", "avx512_bf16"}))
+AMX = CpuFeatures(
+    "Intel Xeon (Sapphire Rapids)",
+    frozenset({"avx2", "avx512f", "avx512_vnni", "avx512_bf16", "amx_bf16", "amx_int8", "amx_tile"}),
+)
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# The machine and the order auto tries
+
+
+def test_cpuinfo_is_parsed_and_this_machine_is_described():
+    text = "processor\t: 0\nmodel name\t: Intel(R) Xeon(R) Platinum 8480+\nflags\t\t: fpu avx2 amx_bf16 amx_int8\n"
+    cpu = parse_cpuinfo(text + text.replace("processor\t: 0", "processor\t: 1"))
+    assert cpu.model == "Intel(R) Xeon(R) Platinum 8480+" and cpu.bf16_hardware and cpu.int8_dot_product == "amx"
+    assert cpu.relevant_flags() == ["avx2", "amx_bf16", "amx_int8"]
+    assert AVX2.int8_dot_product == "avx2" and VNNI.int8_dot_product == "vnni" and not VNNI.bf16_hardware
+    here = cpu_features()
+    assert here.model and here.describe().startswith(here.model)
+    if sys.platform == "linux":
+        assert here.flags, "/proc/cpuinfo gave no flags"
+
+
+def test_auto_order_per_machine():
+    assert auto_order(AVX2, cuda=False) == ("onnx-int8", "onnx", "torch")
+    assert auto_order(VNNI, cuda=False) == ("onnx-int8", "onnx", "torch")
+    assert auto_order(ZEN4, cuda=False) == ("onnx-int8", "torch-bf16", "onnx", "torch")
+    assert auto_order(AMX, cuda=False) == ("torch-bf16", "onnx-int8", "onnx", "torch")
+    assert auto_order(AVX2, cuda=True)[:2] == ("cuda-bf16", "cuda-fp16")
+    assert auto_order(CpuFeatures("unknown", frozenset()), cuda=False)[-1] == "torch"
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# Scores of each fast backend against fp32 torch
+
+
+def spread_tiny_ranker(stock_checkpoint, folder, backbone, contextual, export=True, std=0.3):
+    """A tiny ranker whose scores depend on the input as a trained model's do: every weight matrix drawn with
+    std 0.3 (init's 0.02 gives a CLS vector that barely moves with the input, and amplifying the head to spread
+    the scores amplifies rounding noise by the same factor). Saved in ``folder``, with its int8 graph."""
+    source = stock_checkpoint(backbone)
+    tokenizer = AutoTokenizer.from_pretrained(source)
+    model = CONTEXTUAL_MODELS[backbone][1].from_pretrained(
+        source, contextual=contextual, sep_token_id=tokenizer.sep_token_id
+    )
+    torch.manual_seed(3)
+    with torch.no_grad():
+        for name, parameter in model.named_parameters():
+            if parameter.ndim == 2:
+                parameter.normal_(0.0, std)
+            elif "LayerNorm" not in name:
+                parameter.zero_()
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    if export:
+        export_onnx(folder, quantize="int8")
+    return folder
+
+
+@pytest.mark.parametrize("contextual", [True, False], ids=["contextual", "pairwise"])
+@pytest.mark.parametrize("backbone", sorted(BACKBONES))
+def test_bf16_and_int8_scores_stay_within_their_tolerance(stock_checkpoint, tmp_path, backbone, contextual):
+    folder = spread_tiny_ranker(stock_checkpoint, tmp_path / "bf16", backbone, contextual, export=False)
+    expected = score_all(Ranker.from_pretrained(folder, batch_size=2))
+    assert expected.max() - expected.min() > 0.05, f"degenerate check: the scores do not spread: {expected}"
+    bf16 = Ranker.from_pretrained(folder, backend="torch-bf16", batch_size=2)
+    assert bf16.backend == "torch-bf16" and next(bf16.model.parameters()).dtype == torch.bfloat16
+    got = score_all(bf16)
+    assert got.dtype == torch.float32 and not torch.equal(got, expected)  # it really ran in bf16
+    assert (got - expected).abs().max().item() <= TOLERANCE["torch-bf16"]
+    if contextual:  # the context still moves the scores in bf16
+        assert (score_all(bf16, contexts=[""] * len(CANDIDATES)) - got).abs().max().item() > 1e-3
+    if HAS_ONNX:
+        folder = spread_tiny_ranker(
+            stock_checkpoint, tmp_path / "int8", backbone, contextual, std=WEIGHT_STD["onnx-int8"]
+        )
+        expected = score_all(Ranker.from_pretrained(folder, batch_size=2))
+        int8 = Ranker.from_pretrained(folder, backend="onnx-int8", batch_size=2, num_threads=1)
+        assert int8.backend == "onnx-int8" and int8.model.graph_path.name == "model_qint8_dynamic.onnx"
+        got = score_all(int8)
+        assert not torch.equal(got, expected)
+        assert (got - expected).abs().max().item() <= TOLERANCE["onnx-int8"]
+
+
+def test_joint_and_cascade_get_the_same_backends(stock_checkpoint, tmp_path):
+    joint_dir, pairwise_dir = tmp_path / "joint", tmp_path / "pairwise"
+    model, tokenizer = saved_joint(stock_checkpoint, joint_dir, "bert", "AE_k")
+    spread_tiny_ranker(stock_checkpoint, pairwise_dir, "bert", False, export=False)
+    expected = JointRanker(model, tokenizer).score(QUESTION, CANDIDATES)
+    bf16 = JointRanker.from_pretrained(joint_dir, pairwise=str(pairwise_dir), backend="torch-bf16")
+    assert bf16.backend == "torch-bf16" and bf16.pairwise.backend == "torch-bf16"
+    got = bf16.score(QUESTION, CANDIDATES)
+    # the joint heads here spread scores over 0..1 (see saved_joint), so bf16 rounding shows more than on rankers
+    assert got == pytest.approx(expected, abs=0.1) and got != pytest.approx(expected, abs=1e-7)
+    ranked = bf16.rank(QUESTION, CANDIDATES)
+    assert [r.stage for r in ranked].count("joint") == 3 and len(ranked) == len(CANDIDATES)
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# auto: the pick, the log line, the fall-backs
+
+
+def auto_lines(caplog):
+    return [r.getMessage() for r in caplog.records if r.name == "as2hub.backends" and "backend='auto'" in r.message]
+
+
+@needs_onnx
+def test_auto_picks_int8_on_this_cpu_and_says_why(stock_checkpoint, tmp_path, caplog, monkeypatch):
+    folder = spread_tiny_ranker(stock_checkpoint, tmp_path, "roberta", True, std=WEIGHT_STD["onnx-int8"])
+    monkeypatch.setattr(backends, "cpu_features", lambda: AVX2)
+    monkeypatch.setattr(backends, "cuda_available", lambda: False)
+    with caplog.at_level(logging.INFO, logger="as2hub.backends"):
+        ranker = Ranker.from_pretrained(folder, backend="auto", num_threads=1)
+    assert ranker.backend == "onnx-int8" and isinstance(ranker.model, OnnxRankerModel)
+    assert ranker.model.session.get_session_options().intra_op_num_threads == 1
+    (line,) = auto_lines(caplog)
+    assert "picked 'onnx-int8'" in line and "AMD EPYC [avx2 fma f16c]" in line and "first choice" in line
+    expected = score_all(Ranker.from_pretrained(folder))
+    assert (score_all(ranker) - expected).abs().max().item() <= TOLERANCE["onnx-int8"]
+
+
+@needs_onnx
+def test_auto_on_an_amx_machine_picks_bf16(stock_checkpoint, tmp_path, caplog, monkeypatch):
+    folder = spread_tiny_ranker(stock_checkpoint, tmp_path, "electra", False)
+    monkeypatch.setattr(backends, "cpu_features", lambda: AMX)
+    monkeypatch.setattr(backends, "cuda_available", lambda: False)
+    with caplog.at_level(logging.INFO, logger="as2hub.backends"):
+        ranker = Ranker.from_pretrained(folder, backend="auto")
+    assert ranker.backend == "torch-bf16"
+    (line,) = auto_lines(caplog)
+    assert "picked 'torch-bf16'" in line and "amx_bf16" in line
+
+
+def test_auto_falls_back_to_torch_without_a_graph_or_without_the_extra(stock_checkpoint, tmp_path, caplog, monkeypatch):
+    folder = spread_tiny_ranker(stock_checkpoint, tmp_path, "bert", True, export=False)
+    monkeypatch.setattr(backends, "cpu_features", lambda: AVX2)
+    monkeypatch.setattr(backends, "cuda_available", lambda: False)
+    expected = score_all(Ranker.from_pretrained(folder))
+    with caplog.at_level(logging.INFO, logger="as2hub.backends"):
+        ranker = Ranker.from_pretrained(folder, backend="auto")
+    assert ranker.backend == "torch" and torch.equal(score_all(ranker), expected)
+    (line,) = auto_lines(caplog)
+    assert "picked 'torch'" in line and f"as2hub-export-onnx {folder} --quantize int8" in line
+    caplog.clear()
+    monkeypatch.setitem(sys.modules, "onnxruntime", None)  # the extra is missing: `import onnxruntime` fails
+    with caplog.at_level(logging.INFO, logger="as2hub.backends"):
+        assert Ranker.from_pretrained(folder, backend="auto").backend == "torch"
+    (line,) = auto_lines(caplog)
+    assert "picked 'torch'" in line and 'pip install "as2hub[onnx]"' in line
+
+
+@needs_onnx
+def test_auto_skips_a_stale_graph_and_each_cascade_stage_picks_for_itself(stock_checkpoint, tmp_path, caplog):
+    joint_dir, pairwise_dir = tmp_path / "joint", tmp_path / "pairwise"
+    saved_joint(stock_checkpoint, joint_dir, "bert", "IE_k")
+    export_onnx(joint_dir, quantize="int8")
+    saved_joint(stock_checkpoint, joint_dir, "bert", "IE_k", seed=2)  # new weights: the graphs are stale
+    spread_tiny_ranker(stock_checkpoint, pairwise_dir, "bert", False)
+    with caplog.at_level(logging.INFO, logger="as2hub.backends"):
+        cascade = JointRanker.from_pretrained(joint_dir, pairwise=str(pairwise_dir), backend="auto", num_threads=1)
+    expected_pairwise = "onnx-int8" if "torch-bf16" not in auto_order()[:1] else "torch-bf16"
+    assert cascade.pairwise.backend == expected_pairwise
+    assert cascade.backend == ("torch" if expected_pairwise == "onnx-int8" else "torch-bf16")
+    joint_line = auto_lines(caplog)[0]
+    assert "stale" in joint_line
+    assert len(cascade.rank(QUESTION, CANDIDATES)) == len(CANDIDATES)
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# An explicit backend that cannot run here
+
+
+@pytest.mark.skipif(HAS_CUDA, reason="this machine has CUDA")
+@pytest.mark.parametrize("backend", ["cuda-fp16", "cuda-bf16"])
+def test_a_gpu_backend_without_cuda_says_why_and_what_to_install(stock_checkpoint, tmp_path, backend):
+    folder = spread_tiny_ranker(stock_checkpoint, tmp_path, "bert", False, export=False)
+    with pytest.raises(BackendUnavailableError, match=r"needs a CUDA GPU.*torch.cuda.is_available\(\) is False.*CUDA"):
+        Ranker.from_pretrained(folder, backend=backend)
+    with pytest.raises(BackendUnavailableError, match="needs a CUDA GPU"):
+        JointRanker.from_pretrained(folder, backend=backend)
+
+
+def test_int8_without_the_extra_and_unknown_names_are_refused(stock_checkpoint, tmp_path, monkeypatch):
+    folder = spread_tiny_ranker(stock_checkpoint, tmp_path, "bert", False, export=False)
+    with pytest.raises(ValueError, match=r"backend must be one of 'auto', 'torch', 'torch-bf16'"):
+        Ranker.from_pretrained(folder, backend="tensorrt")
+    with pytest.raises(ValueError, match="chooses the precision itself"):
+        Ranker.from_pretrained(folder, backend="auto", quantize="int8")
+    with pytest.raises(ValueError, match="options of backend='onnx'"):
+        Ranker.from_pretrained(folder, backend="torch-bf16", num_threads=2)
+    monkeypatch.setitem(sys.modules, "onnxruntime", None)
+    with pytest.raises(ImportError, match=r'pip install "as2hub\[onnx\]"'):
+        Ranker.from_pretrained(folder, backend="onnx-int8")
+
+
+def test_bf16_without_bf16_hardware_runs_and_warns(stock_checkpoint, tmp_path, caplog, monkeypatch):
+    folder = spread_tiny_ranker(stock_checkpoint, tmp_path, "roberta", False, export=False)
+    monkeypatch.setattr(backends, "cpu_features", lambda: AVX2)
+    with caplog.at_level(logging.WARNING, logger="as2hub.backends"):
+        assert Ranker.from_pretrained(folder, backend="torch-bf16").backend == "torch-bf16"
+    assert any("no bf16 hardware" in r.getMessage() for r in caplog.records)
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# GPU (runs where CUDA exists; skipped with the reason elsewhere)
+
+
+@pytest.mark.gpu
+@needs_cuda
+@pytest.mark.parametrize("backend", ["cuda-fp16", "cuda-bf16"])
+@pytest.mark.parametrize("contextual", [True, False], ids=["contextual", "pairwise"])
+@pytest.mark.parametrize("backbone", sorted(BACKBONES))
+def test_gpu_half_precision_scores_stay_within_tolerance(stock_checkpoint, tmp_path, backbone, contextual, backend):
+    folder = spread_tiny_ranker(stock_checkpoint, tmp_path, backbone, contextual, export=False, std=WEIGHT_STD[backend])
+    expected = score_all(Ranker.from_pretrained(folder))
+    ranker = Ranker.from_pretrained(folder, backend=backend)
+    assert ranker.model.device.type == "cuda" and ranker.backend == backend
+    assert (score_all(ranker) - expected).abs().max().item() <= TOLERANCE[backend]
+    assert Ranker.from_pretrained(folder, backend="auto").backend.startswith("cuda-")
