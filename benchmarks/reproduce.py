@@ -860,6 +860,7 @@ def _main(argv=None) -> int:
         papers={key: tables.PAPERS[key] for key in table.papers},
         created=state.get("created") or started,
         machine=machine_info(),
+        cpu_count=os.cpu_count(),  # machine["nproc"] is GNU nproc's, which honours OMP_NUM_THREADS
         cpu_flags=cpu_flags(),
         device=device_description(),
         data=data,

@@ -252,7 +252,7 @@ def wikiqa_train_with_answer(source: Path, folder: Path) -> tuple[Path, dict]:
     kept = [r for r in body if r[question] in answered]
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / "WikiQA-train-with-answer.tsv.gz"
-    tmp = path.with_name(f".{path.name}.tmp")
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")  # concurrent invocations (one per seed) share the folder
     with gzip.open(tmp, "wt", encoding="utf-8", newline="") as out:
         out.writelines("\t".join(row) + "\r\n" for row in [header, *kept])  # the fields hold no tab (QUOTE_NONE)
     os.replace(tmp, path)
@@ -279,7 +279,7 @@ def wikiqa_test_subset(source: Path, questions: int, folder: Path) -> tuple[Path
     kept = [r for r in body if r[question] in kept_questions]
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"WikiQA-test-first-{questions}-clean.tsv.gz"
-    tmp = path.with_name(f".{path.name}.tmp")
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")  # concurrent invocations (one per seed) share the folder
     with gzip.open(tmp, "wt", encoding="utf-8", newline="") as out:
         out.writelines("\t".join(row) + "\r\n" for row in [header, *kept])
     os.replace(tmp, path)
@@ -330,7 +330,7 @@ def build_corpus(cfg, folder: Path) -> dict:
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / ("corpus_" + "_".join(Path(s).name.replace(".", "-") for s in sources) + ".jsonl")
     info = {"sources": sources, "path": str(path), "parts": {}}
-    tmp = path.with_name(f".{path.name}.tmp")
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")  # concurrent invocations (one per seed) share the folder
     with open(tmp, "w", encoding="utf-8") as out:
         for source in sources:
             documents = characters = 0
