@@ -27,7 +27,7 @@ import torch
 from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
 from as2hub.modeling import backends
-from as2hub.modeling.backends import BACKENDS, BackendUnavailableError, check_runnable, normalize, torch_dtype
+from as2hub.modeling.backends import BACKENDS, check_runnable, normalize, torch_dtype
 from as2hub.modeling.segment_layout import SegmentLayout, pad_batch
 
 logger = logging.getLogger("as2hub.backends")
@@ -102,7 +102,8 @@ def _load_auto(path, auto_class, quantize, num_threads, trust_remote_code):
             threads = num_threads if engine == "onnx" else None
             model, folder = _load(name, path, auto_class, BACKENDS[name][1] if engine == "onnx" else None,
                                   threads, trust_remote_code)  # fmt: skip
-        except (ImportError, FileNotFoundError, BackendUnavailableError, ValueError) as error:
+        except Exception as error:  # noqa: BLE001 - any failure of a fast path (no extra, no graph, stale, a Hub
+            # download that fails offline, an ISA the runtime refuses) falls back; only torch's own failure is raised
             if name == "torch":
                 raise
             skipped.append(f"{name}: {_first_line(error)}")
