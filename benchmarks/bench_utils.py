@@ -4,7 +4,6 @@ import datetime
 import json
 import os
 import platform
-import subprocess
 import sys
 from pathlib import Path
 
@@ -41,10 +40,8 @@ def _cpu_model() -> str:
 
 
 def _nproc() -> int:
-    try:
-        return int(subprocess.run(["nproc"], capture_output=True, text=True, check=True).stdout.strip())
-    except (OSError, ValueError, subprocess.CalledProcessError):
-        return len(os.sched_getaffinity(0))
+    """Cores this process may run on (GNU ``nproc`` would report OMP_NUM_THREADS instead)."""
+    return len(os.sched_getaffinity(0))
 
 
 def machine_info() -> dict:
@@ -78,7 +75,7 @@ def write_json(path, data) -> None:
     """Write atomically (temp file + rename) so a crash never leaves half a results file."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")  # one per writer: concurrent runs do not collide
     tmp.write_text(json.dumps(data, indent=2, default=float) + "\n")
     os.replace(tmp, path)
 
