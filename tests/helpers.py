@@ -20,3 +20,14 @@ BACKBONES = {
 
 def needs_wikiqa():
     return pytest.mark.skipif(not WIKIQA_DIR.is_dir(), reason=f"WikiQA corpus not found at {WIKIQA_DIR}")
+
+
+# The first lines of every fresh-process script of the tests: as2hub cannot be imported there, so what runs is what a
+# user without as2hub gets (the Hub folder's own code, torch, transformers).
+BLOCK_AS2HUB = """import importlib.abc, sys
+class BlockAs2hub(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path, target=None):
+        if name.split(".")[0] == "as2hub":
+            raise ModuleNotFoundError(f"as2hub is blocked in this process: {name}")
+sys.meta_path.insert(0, BlockAs2hub())
+"""

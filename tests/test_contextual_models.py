@@ -7,7 +7,7 @@ import textwrap
 
 import pytest
 import torch
-from helpers import BACKBONES
+from helpers import BACKBONES, BLOCK_AS2HUB
 from transformers import AutoModel, AutoModelForSequenceClassification, AutoTokenizer
 
 from as2hub.data_collators import ContextualAS2Collator
@@ -124,14 +124,9 @@ def test_saved_folder_is_hub_ready(stock_checkpoint, tmp_path):
         assert all(line.split()[1].split(".")[0] in allowed for line in imports), source.name
 
 
-FRESH_PROCESS = textwrap.dedent(
+FRESH_PROCESS = BLOCK_AS2HUB + textwrap.dedent(
     """
-    import importlib.abc, json, sys
-    class BlockAs2hub(importlib.abc.MetaPathFinder):
-        def find_spec(self, name, path, target=None):
-            if name.split(".")[0] == "as2hub":
-                raise ModuleNotFoundError(f"as2hub is blocked in this process: {name}")
-    sys.meta_path.insert(0, BlockAs2hub())
+    import json
     import torch
     from transformers import AutoModel, AutoModelForSequenceClassification, pipeline
     from sentence_transformers import CrossEncoder

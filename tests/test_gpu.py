@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import BACKBONES
+from helpers import BACKBONES, BLOCK_AS2HUB
 from test_longformer_qe import hand_batch
 from test_longformer_qe import tiny_model as tiny_longformer
 from test_run_as2 import as2_rows, write_jsonl
@@ -187,14 +187,9 @@ def test_a_training_step_in_every_precision(family, precision, device, stock_che
 # --------------------------------------------------------------------------------------------------------------------
 # CUDA only: reload in a fresh process, SDPA, run scripts, torchrun with NCCL, LoRA, ONNX export
 
-FRESH_PROCESS = textwrap.dedent(
+FRESH_PROCESS = BLOCK_AS2HUB + textwrap.dedent(
     """
-    import importlib.abc, json, sys
-    class BlockAs2hub(importlib.abc.MetaPathFinder):
-        def find_spec(self, name, path, target=None):
-            if name.split(".")[0] == "as2hub":
-                raise ModuleNotFoundError(f"as2hub is blocked in this process: {name}")
-    sys.meta_path.insert(0, BlockAs2hub())
+    import json
     import torch, transformers
     cases = json.loads(sys.argv[1])
     report = {}

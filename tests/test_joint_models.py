@@ -7,7 +7,7 @@ import textwrap
 
 import pytest
 import torch
-from helpers import BACKBONES
+from helpers import BACKBONES, BLOCK_AS2HUB
 from transformers import AutoModel, AutoModelForPreTraining, AutoTokenizer, pipeline
 
 from as2hub.data_collators import JointCollator
@@ -311,14 +311,9 @@ def test_mspp_pretraining_model_and_its_folder_fine_tunes(stock_checkpoint, tmp_
     torch.testing.assert_close(fine_tuning(**inputs).logits, model(**inputs).cls_logits)
 
 
-FRESH_PROCESS = textwrap.dedent(
+FRESH_PROCESS = BLOCK_AS2HUB + textwrap.dedent(
     """
-    import importlib.abc, json, sys
-    class BlockAs2hub(importlib.abc.MetaPathFinder):
-        def find_spec(self, name, path, target=None):
-            if name.split(".")[0] == "as2hub":
-                raise ModuleNotFoundError(f"as2hub is blocked in this process: {name}")
-    sys.meta_path.insert(0, BlockAs2hub())
+    import json
     import torch
     from transformers import AutoModel, pipeline
     try:

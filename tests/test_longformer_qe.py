@@ -10,7 +10,7 @@ import textwrap
 
 import pytest
 import torch
-from helpers import BACKBONES
+from helpers import BACKBONES, BLOCK_AS2HUB
 from qe_records import RECORDS
 from transformers import AutoModel, AutoModelForQuestionAnswering, LongformerConfig, LongformerModel
 
@@ -397,14 +397,9 @@ def test_saved_folder_is_hub_ready(tmp_path):
         assert type(auto.from_pretrained(tmp_path)) is LongformerWithQEContrastive
 
 
-FRESH_PROCESS = textwrap.dedent(
+FRESH_PROCESS = BLOCK_AS2HUB + textwrap.dedent(
     """
-    import importlib.abc, json, sys
-    class BlockAs2hub(importlib.abc.MetaPathFinder):
-        def find_spec(self, name, path, target=None):
-            if name.split(".")[0] == "as2hub":
-                raise ModuleNotFoundError(f"as2hub is blocked in this process: {name}")
-    sys.meta_path.insert(0, BlockAs2hub())
+    import json
     import torch
     from transformers import AutoModel, AutoModelForQuestionAnswering, AutoTokenizer
     folder, text = sys.argv[1], sys.argv[2]

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from helpers import BACKBONES
+from helpers import BACKBONES, BLOCK_AS2HUB
 from transformers import AutoTokenizer
 
 from as2hub.modeling import CONTEXTUAL_MODELS
@@ -198,14 +198,9 @@ def test_export_writes_where_sentence_transformers_looks_with_a_record(ranker_fo
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 
-FRESH_PROCESS = textwrap.dedent(
+FRESH_PROCESS = BLOCK_AS2HUB + textwrap.dedent(
     """
-    import importlib.abc, json, sys
-    class BlockAs2hub(importlib.abc.MetaPathFinder):
-        def find_spec(self, name, path, target=None):
-            if name.split(".")[0] == "as2hub":
-                raise ModuleNotFoundError(f"as2hub is blocked in this process: {name}")
-    sys.meta_path.insert(0, BlockAs2hub())
+    import json
     folder, question, texts, snippet = sys.argv[1], sys.argv[2], json.loads(sys.argv[3]), sys.argv[4]
     namespace = {"folder": folder, "question": question, "texts": texts}
     exec(snippet, namespace)  # the README's call

@@ -15,6 +15,7 @@ import textwrap
 
 import pytest
 import torch
+from helpers import BLOCK_AS2HUB
 from hub_fake import FakeHub
 from huggingface_hub import HfApi, ModelCard
 from safetensors.torch import load_file, save_file
@@ -43,14 +44,9 @@ QE_METRICS = {"exact_match": "em", "f1": "f1", "supporting_facts_exact_match": "
 
 
 # Every Python snippet of a card, run as written in a process where as2hub cannot be imported.
-CARD_SNIPPETS = textwrap.dedent(
+CARD_SNIPPETS = BLOCK_AS2HUB + textwrap.dedent(
     """
-    import importlib.abc, re, sys
-    class BlockAs2hub(importlib.abc.MetaPathFinder):
-        def find_spec(self, name, path, target=None):
-            if name.split(".")[0] == "as2hub":
-                raise ModuleNotFoundError(f"as2hub is blocked in this process: {name}")
-    sys.meta_path.insert(0, BlockAs2hub())
+    import re
     import torch
     torch.set_num_threads(1)
     blocks = re.findall(r"```python\\n(.*?)```", open(sys.argv[1], encoding="utf-8").read(), re.S)

@@ -16,6 +16,7 @@ import textwrap
 
 import pytest
 import torch
+from helpers import BLOCK_AS2HUB
 from hub_fake import FakeHub
 from huggingface_hub import HfApi, ModelCard
 from safetensors.torch import load_file, save_file
@@ -165,14 +166,9 @@ def published(hub, stock_checkpoint, tmp_path_factory):
     }
 
 
-FRESH_HUB_LOAD = textwrap.dedent(
+FRESH_HUB_LOAD = BLOCK_AS2HUB + textwrap.dedent(
     """
-    import importlib.abc, json, re, sys
-    class BlockAs2hub(importlib.abc.MetaPathFinder):
-        def find_spec(self, name, path, target=None):
-            if name.split(".")[0] == "as2hub":
-                raise ModuleNotFoundError(f"as2hub is blocked in this process: {name}")
-    sys.meta_path.insert(0, BlockAs2hub())
+    import json, re
     import torch
     from huggingface_hub import hf_hub_download
     from peft import PeftModel
