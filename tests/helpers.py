@@ -1,9 +1,11 @@
-"""Constants shared by the tests (importable thanks to `pythonpath = ["tests"]` in pyproject)."""
+"""Constants and small helpers shared by the tests (importable thanks to `pythonpath = ["tests"]` in pyproject)."""
 
+import importlib.util
 import os
 from pathlib import Path
 
 import pytest
+import torch
 from transformers import BertConfig, BertModel, ElectraConfig, ElectraModel, RobertaConfig, RobertaModel
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared"
@@ -31,3 +33,27 @@ class BlockAs2hub(importlib.abc.MetaPathFinder):
             raise ModuleNotFoundError(f"as2hub is blocked in this process: {name}")
 sys.meta_path.insert(0, BlockAs2hub())
 """
+
+HAS_ONNX = importlib.util.find_spec("onnxruntime") is not None and importlib.util.find_spec("onnx") is not None
+needs_onnx = pytest.mark.skipif(not HAS_ONNX, reason='the onnx extra is not installed: pip install "as2hub[onnx]"')
+
+
+def spread(model, score, seed):
+    """Move every weight off its init and rescale the head's last linear layer so that the logits ``score(model)``
+    produces spread around 0 (scores around 0.5): a test where every score is 0.99 could not fail. ``score`` may
+    produce no logits (e.g. a head the caller does not score): then only the weights move."""
+    torch.manual_seed(seed)
+    with torch.no_grad():
+        for parameter in model.parameters():
+            parameter.add_(0.05 * torch.randn_like(parameter))
+        last = [module for module in model.classifier.modules() if isinstance(module, torch.nn.Linear)][-1]
+        captured = []
+        handle = last.register_forward_hook(lambda module, args, output: captured.append(output.reshape(-1)))
+        score(model)
+        handle.remove()
+        if captured:
+            logits = torch.cat(captured)
+            scale = 2.0 / logits.std()
+            last.weight.mul_(scale)
+            last.bias.mul_(scale).sub_(logits.mean() * scale)
+    return model

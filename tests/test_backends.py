@@ -2,13 +2,12 @@
 against fp32 torch within each backend's tolerance (every backbone, contextual and pairwise; joint and the cascade),
 and the errors of a backend this machine cannot run."""
 
-import importlib.util
 import logging
 import sys
 
 import pytest
 import torch
-from helpers import BACKBONES
+from helpers import BACKBONES, HAS_ONNX, needs_onnx
 from test_onnx_backend import CANDIDATES, QUESTION, score_all
 from test_onnx_joint import saved_joint
 from transformers import AutoTokenizer
@@ -25,8 +24,6 @@ from as2hub.modeling.joint_ranking import JointRanker
 from as2hub.modeling.onnx_backend import OnnxRankerModel, export_onnx
 from as2hub.modeling.ranking import Ranker
 
-HAS_ONNX = importlib.util.find_spec("onnxruntime") is not None and importlib.util.find_spec("onnx") is not None
-needs_onnx = pytest.mark.skipif(not HAS_ONNX, reason='the onnx extra is not installed: pip install "as2hub[onnx]"')
 HAS_CUDA = torch.cuda.is_available()
 needs_cuda = pytest.mark.skipif(
     not HAS_CUDA,

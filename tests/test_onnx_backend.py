@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from helpers import BACKBONES, BLOCK_AS2HUB
+from helpers import BACKBONES, BLOCK_AS2HUB, needs_onnx
 from transformers import AutoTokenizer
 
 from as2hub.modeling import CONTEXTUAL_MODELS
@@ -25,9 +25,6 @@ from as2hub.modeling.onnx_backend import (
 from as2hub.modeling.ranking import Ranker, context_text_pair
 from as2hub.modeling.scores import probability_of_correct
 from as2hub.run_scripts import export_onnx as export_script
-
-HAS_ONNX = importlib.util.find_spec("onnxruntime") is not None and importlib.util.find_spec("onnx") is not None
-needs_onnx = pytest.mark.skipif(not HAS_ONNX, reason='the onnx extra is not installed: pip install "as2hub[onnx]"')
 
 QUESTION = "What is a generator?"
 CANDIDATES = [

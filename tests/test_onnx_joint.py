@@ -1,10 +1,9 @@
 """ONNX export of joint multi-candidate models: one graph over the (k+1)·L slot layout, the torch scores through
 ``JointRanker(backend="onnx")``, int8, the cascade with both stages on ONNX Runtime."""
 
-import importlib.util
-
 import pytest
 import torch
+from helpers import needs_onnx, spread
 from transformers import AutoTokenizer
 
 from as2hub.modeling import CONTEXTUAL_MODELS, JointMultiCandidateModel
@@ -12,8 +11,7 @@ from as2hub.modeling.joint_ranking import JointRanker
 from as2hub.modeling.onnx_backend import GRAPH_FILES, OnnxRankerModel, StaleOnnxExportError, export_onnx
 from as2hub.modeling.ranking import Ranker
 
-HAS_ONNX = importlib.util.find_spec("onnxruntime") is not None and importlib.util.find_spec("onnx") is not None
-pytestmark = pytest.mark.skipif(not HAS_ONNX, reason='the onnx extra is not installed: pip install "as2hub[onnx]"')
+pytestmark = needs_onnx
 
 K, L = 3, 16
 QUESTION = "What is a generator?"
@@ -45,20 +43,12 @@ def saved_joint(stock_checkpoint, folder, backbone="bert", head="AE_k", seed=1, 
         first_token_attention=attention,
         **labels,
     ).eval()
-    torch.manual_seed(seed)
-    with torch.no_grad():
-        for parameter in model.parameters():
-            parameter.add_(0.05 * torch.randn_like(parameter))
-        last = [module for module in model.classifier.modules() if isinstance(module, torch.nn.Linear)][-1]
-        captured = []
-        handle = last.register_forward_hook(lambda module, args, output: captured.append(output.reshape(-1)))
-        JointRanker(model, tokenizer).score(QUESTION, CANDIDATES) if model.config.candidate_head else None
-        handle.remove()
-        if captured:  # rescale the last layer so that this file's scores spread around 0.5
-            logits = torch.cat(captured)
-            scale = 2.0 / logits.std()
-            last.weight.mul_(scale)
-            last.bias.mul_(scale).sub_(logits.mean() * scale)
+
+    def score(m):  # only the *_k heads give per-candidate scores to spread
+        if m.config.candidate_head:
+            JointRanker(m, tokenizer).score(QUESTION, CANDIDATES)
+
+    spread(model, score, seed)
     model.save_pretrained(folder)
     tokenizer.save_pretrained(folder)
     return model, tokenizer

@@ -19,6 +19,7 @@ import urllib.request
 
 import pytest
 import torch
+from helpers import spread
 from transformers import AutoTokenizer
 
 from as2hub.modeling import CONTEXTUAL_MODELS, JointMultiCandidateModel
@@ -42,25 +43,6 @@ TEXTS = [
 ]
 CONTEXTS = ["Iterators are objects.", None, "", "Prose around it.", "Modules are objects.", None]
 OTHER = ("How are modules found?", ["The import system searches sys.path.", "Lists are mutable.", "Yes."])
-
-
-def spread(model, score, seed):
-    """Move every weight off its init and scale the last linear layer so that scores spread around 0.5 (a test where
-    every score is 0.99 could not fail)."""
-    torch.manual_seed(seed)
-    with torch.no_grad():
-        for parameter in model.parameters():
-            parameter.add_(0.05 * torch.randn_like(parameter))
-        last = [module for module in model.classifier.modules() if isinstance(module, torch.nn.Linear)][-1]
-        captured = []
-        handle = last.register_forward_hook(lambda module, args, output: captured.append(output.reshape(-1)))
-        score(model)
-        handle.remove()
-        logits = torch.cat(captured)
-        scale = 2.0 / logits.std()
-        last.weight.mul_(scale)
-        last.bias.mul_(scale).sub_(logits.mean() * scale)
-    return model
 
 
 def tiny_ranker(stock_checkpoint, folder, contextual, seed=1):
