@@ -54,6 +54,7 @@ from pathlib import Path
 import torch
 from transformers import AutoConfig, AutoModel, AutoModelForSequenceClassification, AutoTokenizer
 
+from as2hub.modeling.first_token import first_token_last_layer
 from as2hub.modeling.files import write_json_atomic
 from as2hub.modeling.scores import JOINT_MODEL_TYPES, probability_of_correct
 from as2hub.modeling.segment_layout import SegmentLayout, pad_batch
@@ -360,7 +361,9 @@ def export_onnx(folder, quantize: str | None = None, opset: int = DEFAULT_OPSET)
     try:
         fp32 = staging / GRAPH_FILES[None]
         logger.info("exporting %s (%s) to ONNX, opset %d", folder, type(model).__name__, opset)
-        with torch.no_grad(), warnings.catch_warnings():
+        # The head reads the first token: the graph computes the last layer for it alone (first_token.py); the
+        # check below compares it with the full model's logits.
+        with torch.no_grad(), warnings.catch_warnings(), first_token_last_layer(model):
             # The tracer's notes on Python-side shape arithmetic (the traced shapes are checked below instead).
             warnings.simplefilter("ignore")
             torch.onnx.export(

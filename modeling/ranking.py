@@ -7,7 +7,8 @@ Example:
     [RankedCandidate(index=1, score=0.93, text='Shakespeare wrote it.'), RankedCandidate(index=0, ...)]
 
 Speed comes from tokenizing every text once in one fast-tokenizer call, sorting pairs by length so each batch pads
-little, padding each batch only to its own longest row, and running under ``torch.inference_mode``. ``Ranker.from_pretrained(path, backend="auto")`` runs the same batches on the fastest
+little, padding each batch only to its own longest row, computing the last layer for the first token only (the one
+the head reads, :mod:`as2hub.modeling.first_token`) and running under ``torch.inference_mode``. ``Ranker.from_pretrained(path, backend="auto")`` runs the same batches on the fastest
 correct backend for the machine: ONNX Runtime int8 (:mod:`as2hub.modeling.onnx_backend`), torch bf16 where the CPU
 has bf16 hardware, fp16/bf16 on a GPU (:mod:`as2hub.modeling.backends`, ``modeling/BACKENDS.md``).
 
@@ -28,6 +29,7 @@ from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
 from as2hub.modeling import backends
 from as2hub.modeling.backends import BACKENDS, check_runnable, normalize, torch_dtype
+from as2hub.modeling.first_token import first_token_last_layer
 from as2hub.modeling.segment_layout import SegmentLayout, pad_batch
 
 logger = logging.getLogger("as2hub.backends")
@@ -197,11 +199,12 @@ class Ranker:
         order = sorted(range(len(rows)), key=lambda i: len(rows[i][0]))
         scores = torch.empty(len(rows))
         device = self.model.device
-        for start in range(0, len(order), self.batch_size):
-            chunk = order[start : start + self.batch_size]
-            batch = pad_batch([rows[i] for i in chunk], self.layout.pad_token_id, self.pad_to_multiple_of)
-            logits = self.model(**{k: v.to(device) for k, v in batch.items()}).logits.float()
-            scores[chunk] = self.model.logits_to_scores(logits).cpu()
+        with first_token_last_layer(self.model):  # the head reads the first token: the last layer computes it alone
+            for start in range(0, len(order), self.batch_size):
+                chunk = order[start : start + self.batch_size]
+                batch = pad_batch([rows[i] for i in chunk], self.layout.pad_token_id, self.pad_to_multiple_of)
+                logits = self.model(**{k: v.to(device) for k, v in batch.items()}).logits.float()
+                scores[chunk] = self.model.logits_to_scores(logits).cpu()
         return scores
 
     def rank(self, question: str, candidates: list[str], contexts: list[str] | None = None) -> list[RankedCandidate]:
