@@ -54,8 +54,8 @@ from pathlib import Path
 import torch
 from transformers import AutoConfig, AutoModel, AutoModelForSequenceClassification, AutoTokenizer
 
-from as2hub.modeling.first_token import first_token_last_layer
 from as2hub.modeling.files import write_json_atomic
+from as2hub.modeling.first_token import first_token_last_layer
 from as2hub.modeling.scores import JOINT_MODEL_TYPES, probability_of_correct
 from as2hub.modeling.segment_layout import SegmentLayout, pad_batch
 
