@@ -18,10 +18,11 @@ demo: $(BIN)/python
 	$(BIN)/python -m as2hub.run_scripts.demo --output_dir outputs/demo
 
 # The test suite, as CI runs it (non-editable install: checks what users get from `pip install .`); the onnx extra
-# so that the ONNX Runtime tests run, the serve extra (Ray Serve, Ray Data) so that the service and batch-scoring tests run.
+# so that the ONNX Runtime tests run, the serve extra (Ray Serve, Ray Data) so that the service and batch-scoring tests run;
+# two pytest-xdist workers (2 CPUs in CI; tests/conftest.py keeps the Ray tests on one worker, longest tests first).
 test: $(BIN)/python
 	$(BIN)/pip install --quiet "$(TORCH)" ".[test,onnx,serve]"
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q -n 2 --dist loadgroup
 
 lint: $(BIN)/python
 	$(BIN)/pip install --quiet ruff

@@ -1,11 +1,12 @@
 """Shared fixtures: tokenizers trained on Python's own docs and tiny stock checkpoints (nothing comes from the Hub)."""
 
+import os
 from pathlib import Path
 from pydoc_data.topics import topics
 
 import pytest
 import torch
-from helpers import BACKBONES, TINY
+from helpers import BACKBONES, TEST_THREADS, TINY
 
 from as2hub.data_collators import train_tokenizer
 
@@ -50,3 +51,33 @@ def stock_checkpoint(tmp_path_factory, tokenizers):
         return cache[backbone]
 
     return make
+
+
+# ``make test`` runs the suite on two pytest-xdist workers (``-n 2 --dist loadgroup``). The tests that start a Ray
+# cluster share one worker (one cluster at a time), and the longest tests are handed out first so that neither worker
+# is left with a long test at the end. Plain ``pytest`` (one process) runs them in the same order.
+RAY_MODULES = ("test_serve.py", "test_batch_scoring.py")
+LONGEST_FIRST = (
+    "test_default_run_lowers_mlm_loss_and_learns_the_sentence_task",
+    "test_joint_minilm_learns_which_candidate_matches_the_question",
+    "test_every_family_loads_by_repo_id_in_a_fresh_process_with_the_same_outputs",
+    "test_main_job_command_runs_on_the_embedded_default",
+    "test_two_gloo_processes_split_the_stream_and_only_rank_0_writes",
+)
+
+
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    # Two workers on two cores: one thread each (and in the processes the tests start), not two threads fighting
+    # for a core that the other worker holds.
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    torch.set_num_threads(TEST_THREADS)
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if item.path.name in RAY_MODULES:
+            item.add_marker(pytest.mark.xdist_group("ray"))
+    rank = {name: position for position, name in enumerate(LONGEST_FIRST)}
+    items.sort(
+        key=lambda item: rank.get(getattr(item, "originalname", item.name), len(rank))
+    )  # stable: the rest keep their order

@@ -10,6 +10,9 @@ from transformers import BertConfig, BertModel, ElectraConfig, ElectraModel, Rob
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared"
 WIKIQA_DIR = Path(os.environ.get("AS2HUB_WIKIQA_DIR", SHARED / "data" / "wikiqa"))
+# torch threads for a test that trains for minutes: both cores in one process, one per worker under pytest-xdist
+# (``make test`` runs two workers).
+TEST_THREADS = 1 if os.environ.get("PYTEST_XDIST_WORKER") else 2
 TINY = {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2, "intermediate_size": 64}
 
 # backbone -> (tokenizer style, stock config class, stock model class, stock type-table size)

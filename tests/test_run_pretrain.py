@@ -4,6 +4,7 @@ import json
 
 import pytest
 import torch
+from helpers import TEST_THREADS
 
 from as2hub.data_collators import CorpusError, EmptyCorpusError
 from as2hub.run_scripts import run_as2, run_pretrain
@@ -21,7 +22,7 @@ def quick_pretrain(tmp_path, *extra, name="pre"):
 
 @pytest.mark.slow
 def test_default_run_lowers_mlm_loss_and_learns_the_sentence_task(tmp_path):
-    torch.set_num_threads(2)
+    torch.set_num_threads(TEST_THREADS)
     results = run_pretrain.main(["--output_dir", str(tmp_path / "default"), "--save_strategy", "no"])
     before, after = results["before"], results["eval"]
     assert after["eval_mlm_loss"] < before["before_mlm_loss"] - 1.0
