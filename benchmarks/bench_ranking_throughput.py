@@ -343,7 +343,7 @@ def main(argv=None) -> dict:
             "timing": "best of repeats, end to end from texts (tokenization included), systems interleaved",
             "peer_graphs": "torch.onnx.export(dynamo=False, eager attention, opset 17) of the stock class; int8: "
             "quantize_dynamic(weight_type=QInt8), per-tensor",
-            "as2hub_graphs": "as2hub-export-onnx --quantize int8 (per-channel QInt8 weights)",
+            "as2hub_graphs": "as2hub-export-onnx --quantize int8 (per-channel QInt8 weights; attention and feed-forward output projections fp32)",
             "crossencoder_onnx": "optimum.onnxruntime available" if optimum_available() else "left out: no optimum",
         },
         "busy_processes_at_start": busy_processes(),

@@ -336,3 +336,24 @@ def test_run_as2_exports_after_saving(stock_checkpoint, tmp_path):
     with pytest.raises(ValueError, match="--onnx_quantize needs --export_onnx"):  # refused before training
         run_as2.main(tiny_args(tmp_path / "other", stock_checkpoint("bert"), "--onnx_quantize", "int8"))
     assert not (tmp_path / "other" / "out").exists()
+
+
+@needs_onnx
+@pytest.mark.parametrize("backbone", sorted(BACKBONES))
+def test_int8_graph_keeps_the_residual_projections_fp32_and_quantizes_the_rest(ranker_folder, backbone):
+    """Per layer, the attention and feed-forward output projections stay fp32 MatMuls; every other weight MatMul is
+    int8 (the graph has no other fp32 weight MatMul)."""
+    import onnx
+
+    from as2hub.modeling.onnx_backend import GRAPH_FILES, int8_excluded_nodes
+
+    folder = ranker_folder(backbone, True)
+    layers = json.loads((folder / "config.json").read_text())["num_hidden_layers"]
+    excluded = int8_excluded_nodes(folder / "onnx" / GRAPH_FILES[None])
+    assert len(excluded) == 2 * layers, excluded
+    graph = onnx.load(str(folder / "onnx" / GRAPH_FILES["int8"])).graph
+    weights = {initializer.name for initializer in graph.initializer}
+    fp32 = sorted(node.name for node in graph.node if node.op_type == "MatMul" and node.input[1] in weights)
+    assert fp32 == sorted(excluded)
+    quantized = [node for node in graph.node if node.op_type in ("DynamicQuantizeMatMul", "MatMulInteger")]
+    assert len(quantized) >= 4 * layers  # query, key, value, feed-forward input per layer
