@@ -84,12 +84,11 @@ def first_token_last_layer(model):
     if layer is None:
         yield False
         return
-    previous = layer.__dict__.get("forward")
+    if "forward" in layer.__dict__:  # inside another block (nested, or scoring in another thread): that block owns it
+        yield True
+        return
     layer.forward = functools.partial(_first_token_forward, layer)
     try:
         yield True
     finally:
-        if previous is None:
-            del layer.forward
-        else:
-            layer.forward = previous
+        layer.__dict__.pop("forward", None)

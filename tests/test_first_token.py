@@ -94,3 +94,16 @@ def test_exported_graph_computes_the_last_feed_forward_for_the_first_token(stock
     with torch.inference_mode():
         expected = full(**batch).logits.numpy()
     assert abs(logits - expected).max() < 1e-4
+
+
+def test_nested_blocks_leave_the_model_as_they_found_it(stock_checkpoint, tmp_path):
+    folder = spread_tiny_ranker(stock_checkpoint, tmp_path / "m", "bert", False, export=False)
+    model = AutoModelForSequenceClassification.from_pretrained(folder, trust_remote_code=True).eval()
+    layer = model.base_model.encoder.layer[-1]
+    batch = padded_batch(AutoTokenizer.from_pretrained(folder))
+    with torch.inference_mode(), first_token_last_layer(model):
+        with first_token_last_layer(model) as inner:
+            assert inner
+        assert "forward" in layer.__dict__  # the inner block did not undo the outer one
+        assert model.base_model(**batch).last_hidden_state.shape[1] == 1
+    assert "forward" not in layer.__dict__
