@@ -52,7 +52,7 @@ def last_bert_layer(model):
 def _first_token_forward(layer, hidden_states, attention_mask=None, *args, **kwargs):
     """The layer's output for the first position: its query attends to every key and value (same mask, same scale)."""
     attention = layer.attention.self
-    batch, length = hidden_states.shape[:2]
+    batch = hidden_states.shape[0]
     first = hidden_states[:, :1]
 
     def heads(states):
