@@ -59,7 +59,7 @@ class ScoreConfig:
     quantize: str | None = None
     threads: int | None = None
     max_length: int = 256
-    batch_size: int = 64
+    batch_size: int | None = None  # pairs per forward pass; None: 16 on CPU, 64 on a GPU (Ranker's default)
     question_column: str = "question"
     candidate_column: str = "candidate"
     context_column: str = "context"
@@ -500,7 +500,9 @@ def parse_args(argv=None):
     parser.add_argument("--backend", default="torch", help="passed to Ranker.from_pretrained (torch, onnx, ...)")
     parser.add_argument("--quantize", default=None, help="passed to Ranker.from_pretrained (onnx: int8)")
     parser.add_argument("--rows_per_shard", type=int, default=10000)
-    parser.add_argument("--batch_size", type=int, default=64, help="pairs per forward pass")
+    parser.add_argument(
+        "--batch_size", type=int, default=None, help="pairs per forward pass (default: 16 on CPU, 64 on a GPU)"
+    )
     parser.add_argument("--max_length", type=int, default=256, help="longer inputs are truncated, as Ranker does")
     parser.add_argument("--question_column", default="question")
     parser.add_argument("--candidate_column", default="candidate")

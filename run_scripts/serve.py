@@ -74,7 +74,7 @@ class ServeConfig:
     quantize: str | None = None
     threads: int | None = None
     max_length: int = 256
-    batch_size: int = 64
+    batch_size: int | None = None  # pairs per forward pass; None: 16 on CPU, 64 on a GPU (Ranker's default)
     max_texts: int = DEFAULT_MAX_TEXTS
     max_batch_size: int = 32
     batch_wait_ms: float = 5.0
@@ -121,7 +121,7 @@ def check_folders(config: ServeConfig) -> None:
         if is_joint_folder(config.pairwise):
             raise ArgumentError(f"--pairwise {config.pairwise} is a joint model: pass a pairwise (run_as2) ranker")
     for name in ("max_texts", "max_batch_size", "max_length", "batch_size"):
-        if getattr(config, name) < 1:
+        if getattr(config, name) is not None and getattr(config, name) < 1:
             raise ArgumentError(f"--{name} must be at least 1, got {getattr(config, name)}")
 
 
@@ -423,7 +423,9 @@ def parse_args(argv=None):
     parser.add_argument("--host", default="127.0.0.1", help="0.0.0.0 to listen on every interface")
     parser.add_argument("--port", type=int, default=8000)
     parser.add_argument("--max_length", type=int, default=256, help="longer inputs are truncated, as Ranker does")
-    parser.add_argument("--batch_size", type=int, default=64, help="pairs per forward pass")
+    parser.add_argument(
+        "--batch_size", type=int, default=None, help="pairs per forward pass (default: 16 on CPU, 64 on a GPU)"
+    )
     parser.add_argument("--max_texts", type=int, default=DEFAULT_MAX_TEXTS, help="texts per request (413 above)")
     parser.add_argument("--max_batch_size", type=int, default=32, help="requests batched into one scoring call")
     parser.add_argument("--batch_wait_ms", type=float, default=5.0, help="how long a batch waits to fill")

@@ -271,3 +271,25 @@ def test_gpu_half_precision_scores_stay_within_tolerance(stock_checkpoint, tmp_p
     assert ranker.model.device.type == "cuda" and ranker.backend == backend
     assert (score_all(ranker) - expected).abs().max().item() <= TOLERANCE[backend]
     assert Ranker.from_pretrained(folder, backend="auto").backend.startswith("cuda-")
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# Batching: the per-device default
+
+
+def test_default_batch_size_is_16_on_cpu_and_64_on_a_gpu_and_scores_do_not_depend_on_it(stock_checkpoint, tmp_path):
+    from as2hub.modeling.ranking import default_batch_size
+
+    assert default_batch_size("cpu") == 16 and default_batch_size(torch.device("cuda", 0)) == 64
+    folder = spread_tiny_ranker(stock_checkpoint, tmp_path, "bert", True, export=False)
+    ranker = Ranker.from_pretrained(folder)
+    assert ranker.batch_size == 16 and Ranker.from_pretrained(folder, batch_size=5).batch_size == 5
+    # 40 pairs of different lengths: the default cuts them into three length-sorted batches
+    questions = [QUESTION + " why" * (i % 7) for i in range(40)]
+    candidates = [CANDIDATES[i % len(CANDIDATES)] + " and" * (i % 11) for i in range(40)]
+    one_by_one = Ranker.from_pretrained(folder, batch_size=1).score_pairs(questions, candidates)
+    scores = ranker.score_pairs(questions, candidates)
+    assert scores.std() > 1e-3  # the pairs get different scores, so a misplaced batch would show
+    assert torch.allclose(scores, one_by_one, atol=1e-5)
+    with pytest.raises(ValueError, match="batch_size must be at least 1"):
+        Ranker.from_pretrained(folder, batch_size=0)
