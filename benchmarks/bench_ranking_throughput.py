@@ -66,7 +66,12 @@ def parse_args(argv=None):
     parser.add_argument("--no_contextual", action="store_true", help="pairwise model only")
     parser.add_argument("--work_dir", default="/tmp/as2hub_bench/throughput", help="copies, exports, peer folders")
     parser.add_argument("--threads", default="1,2", help="comma-separated thread settings")
-    parser.add_argument("--batch_size", type=int, default=64)
+    parser.add_argument(
+        "--batch_size",
+        default="64",
+        help="comma-separated pairs per forward pass; with several, every system runs at each (rows 'name @N') and the "
+        "best CrossEncoder configuration is the best over systems and batch sizes",
+    )
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--max_length", type=int, default=256)
     parser.add_argument("--max_pairs", type=int, default=None, help="first N test pairs only (smoke tests)")
@@ -88,6 +93,8 @@ def parse_args(argv=None):
     parser.add_argument("--results", default=str(RESULTS_DIR / "ranking_throughput.json"))
     args = parser.parse_args(argv)
     args.threads = [int(t) for t in args.threads.split(",")]
+    args.batch_sizes = [int(b) for b in str(args.batch_size).split(",")]
+    args.batch_size = args.batch_sizes[0]
     args.systems = set(args.systems.split(",")) if args.systems else None
     return args
 
@@ -252,8 +259,8 @@ def make_systems(kind: str, folders: dict, data: dict, args, threads: int) -> di
     for name, encoder in encoders.items():
         systems[name] = (
             "sentence-transformers",
-            lambda e=encoder: e.predict(
-                pairs, batch_size=args.batch_size, show_progress_bar=False, convert_to_numpy=True
+            lambda e=encoder, b=args.batch_size: e.predict(  # b: this system's batch size (a sweep reuses args)
+                pairs, batch_size=b, show_progress_bar=False, convert_to_numpy=True
             ),
         )
     if args.systems:
@@ -335,7 +342,7 @@ def main(argv=None) -> dict:
             "trained": trained,
             "num_pairs": num_pairs,
             "num_questions": len(set(question_ids)),
-            "batch_size": args.batch_size,
+            "batch_size": args.batch_sizes,
             "max_length": args.max_length,
             "threads": args.threads,
             "repeats": args.repeats,
@@ -360,9 +367,12 @@ def main(argv=None) -> dict:
     for threads in args.threads:
         torch.set_num_threads(threads)
         systems = {}
-        for kind in [k for k in ("pairwise", "contextual") if k in folders]:
-            for name, (library, fn) in make_systems(kind, folders, data, args, threads).items():
-                systems[(kind, name)] = (library, fn)
+        for batch_size in args.batch_sizes:
+            args.batch_size = batch_size  # make_systems reads it
+            for kind in [k for k in ("pairwise", "contextual") if k in folders]:
+                for name, (library, fn) in make_systems(kind, folders, data, args, threads).items():
+                    label = name if len(args.batch_sizes) == 1 else f"{name} @{batch_size}"
+                    systems[(kind, label)] = (library, fn)
         sub = slice(0, min(128, num_pairs))
         for key in systems:  # warm-up on a slice: sessions, allocators, caches
             _warm_slice(key, systems, data, sub)
@@ -391,9 +401,10 @@ def main(argv=None) -> dict:
             rate = {key: num_pairs / min(times[key]) for key in keys}
             ce_keys = [key for key in keys if systems[key][0] == "sentence-transformers"]
             best_ce = max(ce_keys, key=rate.get)
-            ce_torch = (kind, "CrossEncoder torch")
+            # the fastest batch size of CrossEncoder torch fp32 and the first as2hub torch row (all give the same scores)
+            ce_torch = max((key for key in keys if key[1].split(" @")[0] == "CrossEncoder torch"), key=rate.get)
             maps = {key: compute_as2_metrics(question_ids, outputs[key], labels, k_values=())["map"] for key in keys}
-            torch_key = (kind, "as2hub torch")
+            torch_key = next(key for key in keys if key[1].split(" @")[0] == "as2hub torch")
             for key in keys:
                 run = {
                     "model": kind,
@@ -440,7 +451,7 @@ def main(argv=None) -> dict:
                 **{
                     f"{name}_map_change": maps[key] - maps[torch_key]
                     for key in as2hub_keys
-                    for name in [key[1].removeprefix("as2hub ").replace(" ", "_")]
+                    for name in [key[1].removeprefix("as2hub ").replace(" @", "_batch_").replace(" ", "_")]
                 },
                 "crossencoder_torch_max_abs_diff_vs_as2hub_torch": float(
                     np.abs(outputs[ce_torch] - outputs[torch_key]).max()
@@ -460,7 +471,7 @@ def main(argv=None) -> dict:
     models = ", ".join(f"{kind}: {'trained' if done else 'untrained'}" for kind, done in trained.items())
     print(
         f"Scoring {num_pairs} clean WikiQA test pairs end to end from texts, MiniLM-L6 ({models}), "
-        f"batch {args.batch_size}, best of {args.repeats}, systems interleaved"
+        f"batch {','.join(map(str, args.batch_sizes))}, best of {args.repeats}, systems interleaved"
     )
     headers = ["model", "system", "threads", "pairs/s", "vs best CE", "vs CE torch", "MAP", "ΔMAP", "max |Δscore|"]
     print(format_table(headers, table))
