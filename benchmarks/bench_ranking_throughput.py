@@ -93,7 +93,10 @@ def parse_args(argv=None):
     parser.add_argument("--results", default=str(RESULTS_DIR / "ranking_throughput.json"))
     args = parser.parse_args(argv)
     args.threads = [int(t) for t in args.threads.split(",")]
-    args.batch_sizes = [int(b) for b in str(args.batch_size).split(",")]
+    try:
+        args.batch_sizes = [int(b) for b in str(args.batch_size).split(",")]
+    except ValueError:
+        parser.error(f"--batch_size takes comma-separated integers, got {args.batch_size!r}")
     args.batch_size = args.batch_sizes[0]
     args.systems = set(args.systems.split(",")) if args.systems else None
     return args

@@ -127,9 +127,9 @@ def _first_line(error: Exception) -> str:
 
 
 # Pairs per forward pass when the caller does not say: on the CPU, batches of 16 length-sorted pairs scored MiniLM-L6
-# 1.16x faster than batches of 64 with ONNX int8 and 1.08x with torch fp32 (1 thread; 1.05x int8 at 2 threads;
-# WikiQA clean test, AMD EPYC AVX2, 2026-11-25, modeling/BACKENDS.md): tighter padding and a working set that stays in
-# cache. A GPU wants larger batches.
+# 1.05-1.08x faster than batches of 64 with ONNX int8 and 0.98-1.12x with torch fp32, 1 and 2 threads (WikiQA clean
+# test, AMD EPYC AVX2, 2026-11-25, benchmarks/results/ranking_throughput_batch_sweep.json, modeling/BACKENDS.md):
+# tighter padding and a smaller working set. A GPU wants larger batches.
 DEFAULT_BATCH_SIZE = {"cpu": 16, "cuda": 64}
 
 
