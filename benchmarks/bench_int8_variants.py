@@ -51,6 +51,7 @@ from bench_utils import (  # noqa: E402
     paired_bootstrap_metrics,
     write_json,
 )
+from bench_wikiqa_quality import per_question  # noqa: E402
 from cpu_quiet import busy_processes, wait_until_quiet  # noqa: E402
 
 logger = logging.getLogger("bench_int8_variants")
@@ -253,22 +254,6 @@ class OpenVinoModel:
         return probability_of_correct(logits, self.config)
 
 
-def per_question_ap(question_ids, scores, labels) -> dict:
-    from as2hub.metrics import compute_as2_metrics
-
-    rows: dict = {}
-    for index, question in enumerate(question_ids):
-        rows.setdefault(question, []).append(index)
-    return {
-        question: {
-            "map": compute_as2_metrics(
-                [question] * len(ix), [scores[i] for i in ix], [labels[i] for i in ix], k_values=()
-            )["map"]
-        }
-        for question, ix in rows.items()
-    }
-
-
 def main(argv=None) -> dict:
     args = parse_args(argv)
     logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
@@ -316,12 +301,12 @@ def main(argv=None) -> dict:
             logger.info("repeat %d, %s: %.1f pairs/s", repeat + 1, name, len(questions) / times[name][-1])
     load["end"] = list(os.getloadavg())
 
-    reference_ap = per_question_ap(question_ids, scores[REFERENCE], labels)
+    reference_ap = per_question(question_ids, scores[REFERENCE], labels)
     rate = {name: len(questions) / min(times[name]) for name in rankers}
     runs, table = [], []
     for name, (runtime, path) in graphs.items():
         test_map = compute_as2_metrics(question_ids, scores[name], labels, k_values=())["map"]
-        change = paired_bootstrap_metrics(per_question_ap(question_ids, scores[name], labels), reference_ap, ["map"])
+        change = paired_bootstrap_metrics(per_question(question_ids, scores[name], labels), reference_ap, ["map"])
         delta = np.abs(scores[name] - scores[REFERENCE])
         run = {
             "route": name,
