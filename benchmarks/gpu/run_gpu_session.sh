@@ -4,7 +4,7 @@
 #
 #   bash benchmarks/gpu/run_gpu_session.sh lane        # pytest -m gpu, then bench_gpu_pretrain.py      (~6 min)
 #   bash benchmarks/gpu/run_gpu_session.sh suite       # the whole test suite there, pytest -n 8         (~8 min)
-#   bash benchmarks/gpu/run_gpu_session.sh ranking     # bench_ranking_throughput.py --device cuda (carry with --minilm)
+#   bash benchmarks/gpu/run_gpu_session.sh ranking     # bench_ranking_throughput.py (CUDA rows where CUDA is; carry with --minilm)
 #   bash benchmarks/gpu/run_gpu_session.sh reproduce TABLE [FLAGS...]   # reproduce.py --scale gpu (--minilm), resumable
 #
 # A part stops itself before the device tool's 10-minute limit (AS2HUB_GPU_PART_SECONDS, default 540 s): the
@@ -14,7 +14,7 @@ cd "$(dirname "$0")/../.."
 PART=${1:?usage: run_gpu_session.sh lane|suite|ranking|reproduce TABLE [FLAGS...]}
 shift
 OUT=${OUT:-/tmp/as2hub_gpu_out}
-CARRY=.gpu_carry
+CARRY=${AS2HUB_GPU_CARRY:-.gpu_carry}
 SITE=/tmp/as2hub-site
 LIMIT=${AS2HUB_GPU_PART_SECONDS:-540}
 mkdir -p "$OUT"
@@ -51,7 +51,7 @@ case "$PART" in
     ;;
   ranking)
     [ -n "${AS2HUB_MINILM_DIR:-}" ] || { echo "error: ranking needs the MiniLM wheel: carry what prepare_carry.sh --minilm makes" >&2; exit 2; }
-    timeout "$LIMIT" python3 benchmarks/bench_ranking_throughput.py --device cuda --results "$OUT/ranking_throughput_gpu.json" \
+    timeout "$LIMIT" python3 benchmarks/bench_ranking_throughput.py --no_wait --results "$OUT/ranking_throughput_gpu.json" \
       "$@" 2>&1 | tee "$OUT/ranking.log"
     ;;
   reproduce)
