@@ -103,6 +103,7 @@ RATES = {
             "qe_eval_question": 0.02, "startup": 30.0, "expected_epochs": 10},
 }  # fmt: skip
 RATES["smoke"] = RATES["cpu"]
+RATES["cpu_learn"] = RATES["cpu"]
 WIKIQA_ROWS = {"train": 20360, "dev": 1126, "test": 2341}
 WIKIQA_ANSWERED_TRAIN_ROWS = 8672  # the rows of the 873 train questions with a correct candidate
 WIKIQA_QUESTIONS = {"train": 2118, "dev": 122, "test": 237}
@@ -160,7 +161,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     sizes = parser.add_argument_group("sizes (default: the --scale preset)")
     for name, kind in SIZE_FLAGS.items():
         sizes.add_argument(f"--{name}", type=_bool if kind == "bool" else kind, default=None,
-                           help=f"cpu {tables.SCALES['cpu'][name]!r}, gpu {tables.SCALES['gpu'][name]!r}")  # fmt: skip
+                           help=f"cpu {tables.SCALES['cpu'][name]!r}, cpu_learn {tables.SCALES['cpu_learn'][name]!r}, "
+                                f"gpu {tables.SCALES['gpu'][name]!r}")  # fmt: skip
     args = parser.parse_args(argv)
     if args.table not in tables.ALIASES:
         parser.error(f"--table {args.table!r}: choose one of {sorted(tables.ALIASES)}")
@@ -181,7 +183,7 @@ def parse_args(argv=None) -> argparse.Namespace:
         args.seed_values = [int(s) for s in args.seed_list.split(",") if s.strip()]
     else:
         args.seed_values = [args.first_seed + i for i in range(args.seeds)]
-    if args.threads is None and args.scale in ("cpu", "smoke"):
+    if args.threads is None and args.scale in ("cpu", "cpu_learn", "smoke"):
         args.threads = 1
     tag = f"{args.table}_{args.scale}"
     args.results = args.results or str(RESULTS_DIR / f"reproduce_{tag}.json")

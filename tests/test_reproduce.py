@@ -60,6 +60,19 @@ def test_plan_lists_every_run_at_both_scales(capsys, stock_checkpoint):
     assert "one lease" in out  # the GPU lease advice
 
 
+def test_plan_at_the_cpu_learn_scale_trains_on_everything_with_one_recipe(capsys, stock_checkpoint):
+    model = stock_checkpoint("bert")
+    learn = reproduce_tables.SCALES["cpu_learn"]
+    assert set(reproduce.SIZE_FLAGS) <= set(learn) and learn["max_train_samples"] is None
+    argv = ["--table", "004", "--scale", "cpu_learn", "--plan", "--model", str(model), "--dataset", "embedded"]
+    assert reproduce.main(argv) == 0
+    out = capsys.readouterr().out
+    assert "reproduce_joint_cpu_learn.json" in out and "--max_train_samples" not in out
+    recipe = f"--learning_rate {learn['learning_rate']} --num_train_epochs {learn['epochs']}"
+    assert out.count(recipe) == 5 * learn["seeds"]  # every system of the table, every seed: the same schedule
+    assert f"--early_stopping_patience {learn['patience']}" in out and "estimated time left" in out
+
+
 def test_plan_of_the_qe_table_uses_the_per_type_temperatures_unless_told(capsys):
     argv = ["--table", "003", "--plan", "--model", "tiny", "--qe_dataset", "embedded"]
     assert reproduce.main(argv) == 0
