@@ -6,8 +6,9 @@ Tables (``--table``; ``benchmarks/reproduce_tables.py`` defines them):
   pairwise after SSP continued pre-training; contextual; contextual after DSLC and after DPC continued pre-training.
 - ``joint`` (alias ``004``; Di Liello et al. NAACL 2022): pairwise; joint ``AE_k`` with the paper's full attention
   and with ``own_slot``; joint after MLM + MSPP continued pre-training; the cascade (the MSPP joint model re-ranks the
-  pairwise top k), on WikiQA clean or any AS2 JSONL (``--dataset train.jsonl --validation_file dev.jsonl
-  --test_file test.jsonl``, records ``{"question", "candidate", "label"}``).
+  pairwise top k) and the cascade whose joint model had no MSPP (``cascade_no_mspp``), on WikiQA clean or any AS2
+  JSONL (``--dataset train.jsonl --validation_file dev.jsonl --test_file test.jsonl``, records ``{"question",
+  "candidate", "label"}``).
 - ``qe`` (alias ``003``; Caciularu et al. NAACL 2022): λ = 0 vs λ = 0.2 on ``wikiqa_distractor``.
 
 Every system is fine-tuned from the same encoder (``--model``: all-MiniLM-L6-v2 by default) once per seed
@@ -23,7 +24,9 @@ per-question metrics) and the Markdown table, which is also printed.
 Scales (``--scale``; every size is also a flag, which wins): ``cpu`` (256 WikiQA training rows, 1 epoch, 30
 pre-training steps of 8, the first 40 clean test questions; QE: 24 training and 40 test questions: about 35-45 min
 per table with its 3 seeds on one shared core; it exercises every system and the statistics, its differences are
-noise-sized), ``gpu`` (the issue's sizes: continued pre-training
+noise-sized), ``cpu_learn`` (issue 32: every fine-tuning-only system learns on 2 cores: the whole WikiQA train set of
+questions with an answer, early stopping on the whole clean dev set, all 237 clean test questions, lr 2e-5, batch 32,
+2 epochs; REPRODUCE.md gives the measured times), ``gpu`` (the issue's sizes: continued pre-training
 10,000 steps of 256 in bf16 on a multi-paragraph corpus, the papers' fine-tuning schedules with early stopping,
 9 distractors), ``smoke`` (tiny sizes for tests; with ``--model tiny`` or a tiny checkpoint).
 
