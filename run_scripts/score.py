@@ -19,8 +19,12 @@ inputs). Columns:
 (float32, ``Ranker.score_pairs``: the probability that the candidate is correct). Each shard is written to a temporary
 file and renamed into place, so a shard is there whole or not at all; ``_SUCCESS`` (JSON: rows, shards, seconds) is
 written last. Run the same command again after an interruption: finished shards are kept, the others are scored.
-``_as2hub_score.json`` records the inputs (size, modification time) and the settings; resuming with other inputs or
-settings stops with a message (``--overwrite`` starts over).
+``_as2hub_score.json`` records the inputs (size, modification time), the settings, the backend that scored (resolved:
+``--backend auto`` is recorded as the backend it picked, and every worker loads that one) and the SHA-256 of the model's
+weights; a run whose record differs (other inputs or settings, a model retrained into the same folder, another
+backend) stops with one line naming what changed, old -> new; ``--overwrite`` (or ``--overwrite_output_dir``)
+rescores from scratch. A ``--keep_columns`` column named like one of the output's own (``row``, ``question``,
+``candidate``, ``context``, ``score``) is refused.
 
 Engines: ``ray`` (Ray Data: the shards go through ``map_batches`` over a pool of ``--workers`` ranker actors, one
 backend and ``--threads`` CPUs each; ``--address auto`` runs on an existing Ray cluster of several machines, every node
@@ -320,12 +324,69 @@ def score_batch_in_process(batch: dict, config: dict, output_dir: str) -> dict:
 # The run: plan, compare with what is there, score what is missing
 
 
-def fingerprint(inputs: list[Path], rows_per_shard: int, config: ScoreConfig) -> dict:
+def fingerprint(
+    inputs: list[Path], rows_per_shard: int, config: ScoreConfig, backend: str, weights: str | None
+) -> dict:
+    """What makes the shards of a run: the inputs (path, size, modification time), the settings, the backend that
+    scored (resolved: ``auto`` is recorded as what it picked) and the SHA-256 of the model's weights (a model retrained
+    into the same folder is another model)."""
     files = [{"path": str(p.resolve()), "size": p.stat().st_size, "mtime_ns": p.stat().st_mtime_ns} for p in inputs]
-    settings = {k: v for k, v in asdict(config).items() if k != "threads"}
+    settings = {k: v for k, v in asdict(config).items() if k not in ("threads", "backend", "quantize")}
     settings["keep_columns"] = list(config.keep_columns)
     settings["model"] = str(Path(config.model).resolve()) if Path(config.model).exists() else config.model
-    return {"inputs": files, "rows_per_shard": rows_per_shard, "settings": settings}
+    return {
+        "inputs": files,
+        "rows_per_shard": rows_per_shard,
+        "settings": settings,
+        "backend": backend,
+        "weights_sha256": weights,
+    }
+
+
+def model_weights_sha256(model: str) -> str | None:
+    """SHA-256 of a saved ranker's weight files; a Hub id: of its cached download (None when it cannot be found)."""
+    from as2hub.modeling.onnx_backend import weights_sha256
+
+    folder = Path(model)
+    if not folder.exists():
+        try:
+            from huggingface_hub import snapshot_download
+
+            folder = Path(snapshot_download(model, local_files_only=True))
+        except Exception:  # noqa: BLE001 - no cached download: the record says so (None)
+            logger.warning(
+                "%s: no local copy of the weights to hash; the run's record cannot tell a new revision", model
+            )
+            return None
+    return weights_sha256(folder)
+
+
+def what_changed(previous: dict, current: dict) -> str:
+    """One line naming what differs between two runs' fingerprints (old -> new)."""
+
+    def short(value):
+        return f"{value[:12]}..." if isinstance(value, str) and len(value) == 64 else value
+
+    changes = []
+    if previous.get("weights_sha256") != current["weights_sha256"]:
+        old, new = short(previous.get("weights_sha256", "not recorded")), short(current["weights_sha256"])
+        changes.append(f"the model's weights changed (sha256 {old} -> {new})")
+    if previous.get("backend") != current["backend"]:
+        changes.append(f"backend {previous.get('backend', 'not recorded')!r} -> {current['backend']!r}")
+    old_inputs, new_inputs = previous.get("inputs", []), current["inputs"]
+    if [f.get("path") for f in old_inputs] != [f["path"] for f in new_inputs]:
+        names = [Path(f.get("path", "?")).name for f in old_inputs], [Path(f["path"]).name for f in new_inputs]
+        changes.append(f"inputs {', '.join(names[0])} -> {', '.join(names[1])}")
+    else:
+        changes += [f"{Path(new['path']).name} changed (size or modification time)" for old, new in
+                    zip(old_inputs, new_inputs) if old != new]  # fmt: skip
+    if previous.get("rows_per_shard") != current["rows_per_shard"]:
+        changes.append(f"rows_per_shard {previous.get('rows_per_shard')} -> {current['rows_per_shard']}")
+    old_settings, new_settings = previous.get("settings", {}), current["settings"]
+    for key in sorted(set(old_settings) | set(new_settings)):
+        if old_settings.get(key) != new_settings.get(key):
+            changes.append(f"{key} {old_settings.get(key)!r} -> {new_settings.get(key)!r}")
+    return "; ".join(changes) or "the record differs"
 
 
 def write_json_atomic(path: Path, data) -> None:
@@ -342,8 +403,9 @@ def prepare_output(output_dir: Path, record: dict, overwrite: bool) -> None:
         if previous.get("fingerprint") != record["fingerprint"]:
             if not overwrite:
                 raise ArgumentError(
-                    f"{output_dir} holds scores of other inputs or settings ({manifest}): pass another --output_dir, "
-                    "or --overwrite to start over"
+                    f"{output_dir} holds scores of other inputs or settings: "
+                    f"{what_changed(previous.get('fingerprint') or {}, record['fingerprint'])}; pass --overwrite to "
+                    "rescore, or another --output_dir"
                 )
             for path in output_dir.glob("part-*.parquet"):
                 path.unlink()
@@ -379,10 +441,19 @@ def score_files(
     threads = options.pop("threads", None) or max(1, (os.cpu_count() or 1) // workers)
     config = ScoreConfig(model=model, threads=threads, **options)
     config.keep_columns = tuple(config.keep_columns)
+    check_keep_columns(config)
     check_model(model)
     engine = resolve_engine(engine)
     shards = plan(inputs, rows_per_shard, config)
-    record = {"fingerprint": fingerprint(inputs, rows_per_shard, config), "shards": len(shards)}
+    # The backend that scores, resolved once here ("auto" picks per machine): every worker loads this one by name, so
+    # shards of one output never mix backends, and the record says which one scored.
+    ranker = load_ranker(config)
+    config = dataclasses.replace(config, backend=ranker.backend, quantize=None)
+    weights = model_weights_sha256(model)
+    record = {
+        "fingerprint": fingerprint(inputs, rows_per_shard, config, ranker.backend, weights),
+        "shards": len(shards),
+    }
     prepare_output(output_dir, record, overwrite)
     pending = [s for s in shards if not (output_dir / shard_name(s.index)).is_file()]
     logger.info(
@@ -397,8 +468,11 @@ def score_files(
     )
     if pending:
         (output_dir / SUCCESS).unlink(missing_ok=True)
-        run = run_ray if engine == "ray" else run_datasets
-        run(pending, config, output_dir, workers, address)
+        if engine == "ray":
+            del ranker  # the actors load their own
+            run_ray(pending, config, output_dir, workers, address)
+        else:
+            run_datasets(pending, config, output_dir, workers, ranker=ranker)
     missing = [shard_name(s.index) for s in shards if not (output_dir / shard_name(s.index)).is_file()]
     if missing:
         raise RuntimeError(f"{len(missing)} shards were not written ({', '.join(missing[:5])}): run the command again")
@@ -413,6 +487,25 @@ def score_files(
     }
     write_json_atomic(output_dir / SUCCESS, summary)
     return summary
+
+
+OWN_COLUMNS = {
+    "row": "the row number over all inputs",
+    "question": "the --question_column's text",
+    "candidate": "the --candidate_column's text",
+    "context": "the --context_column's text",
+    "score": "the ranker's score",
+}
+
+
+def check_keep_columns(config: ScoreConfig) -> None:
+    """A kept column named like one of the output's own would silently replace it: refused, naming both."""
+    for column in config.keep_columns:
+        if column in OWN_COLUMNS:
+            raise ArgumentError(
+                f"--keep_columns {column}: the output has its own {column!r} column ({OWN_COLUMNS[column]}); "
+                "rename that input column to keep it"
+            )
 
 
 def check_model(model: str) -> None:
@@ -467,21 +560,28 @@ def run_ray(pending: list[Shard], config: ScoreConfig, output_dir: Path, workers
         )
 
 
-def run_datasets(pending: list[Shard], config: ScoreConfig, output_dir: Path, workers: int, address=None) -> None:
+def run_datasets(pending: list[Shard], config: ScoreConfig, output_dir: Path, workers: int, ranker=None) -> None:
     import datasets
 
+    num_proc = workers if workers > 1 and len(pending) > 1 else None
+    _WORKER_RANKER.clear()
+    if num_proc is None and ranker is not None:  # scored in this process: with the ranker already loaded
+        _WORKER_RANKER[json.dumps(asdict(config), sort_keys=True)] = ranker
     table = datasets.Dataset.from_list([asdict(shard) for shard in pending])
-    done = table.map(
-        score_batch_in_process,
-        batched=True,
-        batch_size=1,
-        num_proc=workers if workers > 1 and len(pending) > 1 else None,
-        fn_kwargs={"config": asdict(config), "output_dir": str(output_dir)},
-        remove_columns=table.column_names,
-        keep_in_memory=True,
-        load_from_cache_file=False,
-        desc="scoring shards",
-    )
+    try:
+        done = table.map(
+            score_batch_in_process,
+            batched=True,
+            batch_size=1,
+            num_proc=num_proc,
+            fn_kwargs={"config": asdict(config), "output_dir": str(output_dir)},
+            remove_columns=table.column_names,
+            keep_in_memory=True,
+            load_from_cache_file=False,
+            desc="scoring shards",
+        )
+    finally:
+        _WORKER_RANKER.clear()
     logger.info("scored %d shards, %d rows", len(done), sum(done["rows"]))
 
 
@@ -508,7 +608,13 @@ def parse_args(argv=None):
     parser.add_argument("--candidate_column", default="candidate")
     parser.add_argument("--context_column", default="context")
     parser.add_argument("--keep_columns", default="", help="comma-separated input columns copied to the output")
-    parser.add_argument("--overwrite", action="store_true", help="start over in an output_dir of another run")
+    parser.add_argument(
+        "--overwrite",
+        "--overwrite_output_dir",
+        dest="overwrite",
+        action="store_true",
+        help="rescore from scratch in an output_dir of another run (other inputs, settings, weights or backend)",
+    )
     parser.add_argument("--address", default=None, help="a running Ray cluster (auto, or HOST:6379)")
     return parser.parse_args(argv)
 

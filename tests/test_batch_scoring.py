@@ -221,3 +221,82 @@ def test_a_killed_command_resumes_to_the_uninterrupted_output(model_dir, tmp_pat
     clean = tmp_path / "clean"
     score_files(str(model_dir), [data], clean, engine="datasets", rows_per_shard=25, **OPTIONS)
     assert read_output(killed).equals(read_output(clean))
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Stale results: the weights and the backend that produced the shards are part of the run's record
+
+
+def retrain_in_place(folder: Path, seed: int) -> None:
+    """What retraining into the same folder leaves: other weights under the same path (and the same file names)."""
+    model = CONTEXTUAL_MODELS["bert"][1].from_pretrained(folder)
+    torch.manual_seed(seed)
+    with torch.no_grad():
+        for parameter in model.parameters():
+            parameter.add_(0.1 * torch.randn_like(parameter))
+    model.save_pretrained(folder)
+
+
+def test_retrained_weights_in_the_same_folder_are_refused_then_rescored(model_dir, inputs, tmp_path, capsys):
+    import shutil
+
+    model = shutil.copytree(model_dir, tmp_path / "model")
+    data = inputs[0][:1]  # a.jsonl: 150 rows, 3 shards
+    folder = tmp_path / "out"
+    first = score_files(str(model), data, folder, engine="datasets", rows_per_shard=64, **OPTIONS)
+    assert first["scored_shards"] == 3
+    before = read_output(folder).column("score").to_pylist()
+    retrain_in_place(model, seed=11)
+    # after a complete run: nothing would be rescored, the old scores would come back as the new model's
+    command = [str(model), str(data[0]), "--output_dir", str(folder), "--engine", "datasets", "--threads", "1"]
+    command += ["--rows_per_shard", "64", "--max_length", str(MAX_LENGTH), "--keep_columns", "qid"]
+    capsys.readouterr()
+    assert score_script.cli(command) == 2
+    errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "the model's weights changed (sha256 " in errors[0] and "--overwrite" in errors[0]
+    assert read_output(folder).column("score").to_pylist() == before  # refused: nothing touched
+    assert score_script.cli([*command, "--overwrite_output_dir"]) == 0  # Transformers' spelling of --overwrite
+    assert json.loads((folder / "_SUCCESS").read_text())["scored_shards"] == 3
+    rows = inputs[1][:150]
+    ranker = Ranker.from_pretrained(model, max_length=MAX_LENGTH)
+    expected = ranker.score_pairs(
+        [r["question"] for r in rows], [r["candidate"] for r in rows], [r.get("context") or "" for r in rows]
+    )
+    got = torch.tensor(read_output(folder).column("score").to_pylist())
+    changed = (torch.tensor(before) - expected).abs().max().item()
+    assert changed > 1e-2  # the retrained model scores differently: reusing the shards would have been wrong
+    assert (got - expected).abs().max().item() <= changed / 1000
+
+
+@pytest.mark.skipif(
+    importlib.util.find_spec("onnxruntime") is None, reason='needs the onnx extra: pip install "as2hub[onnx]"'
+)
+def test_the_resolved_backend_is_recorded_and_another_one_refused(model_dir, inputs, tmp_path):
+    import shutil
+
+    from as2hub.modeling.onnx_backend import export_onnx
+
+    model = shutil.copytree(model_dir, tmp_path / "model")
+    export_onnx(model)  # fp32 graph: backend="auto" on this machine picks "onnx" (no int8 graph), or bf16 torch
+    resolved = Ranker.from_pretrained(model, backend="auto", max_length=MAX_LENGTH).backend
+    assert resolved != "torch"
+    folder = tmp_path / "out"
+    data = inputs[0][:1]
+    score_files(str(model), data, folder, engine="datasets", rows_per_shard=64, backend="auto", **OPTIONS)
+    record = json.loads((folder / "_as2hub_score.json").read_text())["fingerprint"]
+    assert record["backend"] == resolved and len(record["weights_sha256"]) == 64
+    with pytest.raises(score_script.ArgumentError, match=f"backend {resolved!r} -> 'torch'") as refused:
+        score_files(str(model), data, folder, engine="datasets", rows_per_shard=64, backend="torch", **OPTIONS)
+    assert "\n" not in str(refused.value) and "--overwrite" in str(refused.value)
+    # the same resolved backend asked for by name is the same run: nothing to rescore
+    again = score_files(str(model), data, folder, engine="datasets", rows_per_shard=64, backend=resolved, **OPTIONS)
+    assert again["scored_shards"] == 0
+
+
+@pytest.mark.parametrize("column", ["row", "score", "question"])
+def test_kept_columns_that_would_overwrite_the_outputs_own_are_refused(model_dir, tmp_path, column):
+    path = write_jsonl(tmp_path / "pairs.jsonl", [{**r, column: 7, "q": r["question"]} for r in make_rows(5)])
+    options = {**OPTIONS, "keep_columns": (column,), "question_column": "q"}
+    with pytest.raises(score_script.ArgumentError, match=f"--keep_columns {column}: the output has its own"):
+        score_files(str(model_dir), [path], tmp_path / "out", engine="datasets", **options)
+    assert not list((tmp_path / "out").glob("part-*"))
