@@ -30,8 +30,12 @@ scores every text, the joint model re-ranks its top k; each result also carries 
 Scores are :class:`~as2hub.modeling.ranking.Ranker`'s (``JointRanker``'s) for the same inputs: concurrent requests
 are batched by ``@serve.batch`` (up to ``--max_batch_size`` requests, waiting at most ``--batch_wait_ms``) into ONE
 ``Ranker.score_pairs`` call, and a text longer than the model's ``--max_length`` is truncated, as ``Ranker`` does.
-Bad input answers 4xx with a message, ``{"error", "error_type"}``: malformed JSON, a missing or non-string field and
-an empty ``texts`` answer 422, more texts than ``--max_texts`` 413.
+Every error the service answers is ``{"error": "<one line>", "error_type": ...}``: malformed JSON, a missing or
+non-string field, a text holding a lone surrogate (``"\\ud800"``: valid JSON, no Unicode text) and an empty ``texts``
+answer 422 (``Validation``, naming the field); more texts than ``--max_texts`` or a request body over
+``--max_request_bytes`` (default 2,000,000 bytes, TEI's payload limit) 413 (``PayloadTooLarge``); a request whose
+scoring fails, alone or in a batch (the batch is then scored request by request), 500 (``Backend``). ``GET /info``
+also counts what the replica has batched (``batching``: requests, batches, the largest batch, split batches).
 
 The same command serves on a Ray cluster of several machines: ``--address auto`` on a node of a running cluster
 (``ray start --head`` / ``ray start --address HEAD:6379``), every node with ``as2hub[serve]`` installed and the folder
@@ -57,6 +61,7 @@ logger = logging.getLogger("as2hub.serve")
 INSTALL_HINT = 'pip install "as2hub[serve]"  (Ray Serve and FastAPI)'
 APP_NAME = "as2hub"
 DEFAULT_MAX_TEXTS = 1000
+DEFAULT_MAX_REQUEST_BYTES = 2_000_000  # text-embeddings-inference's default --payload-limit
 RAW_SCORE_EPS = 1e-7  # raw scores are the logit of the probability clamped to [eps, 1 - eps]: about ±16.1
 
 
@@ -78,6 +83,7 @@ class ServeConfig:
     max_texts: int = DEFAULT_MAX_TEXTS
     max_batch_size: int = 32
     batch_wait_ms: float = 5.0
+    max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES  # larger request bodies answer 413
 
 
 @dataclass
@@ -120,7 +126,7 @@ def check_folders(config: ServeConfig) -> None:
             raise ArgumentError(f"--pairwise is the first stage of a cascade: {config.model} is not a joint model")
         if is_joint_folder(config.pairwise):
             raise ArgumentError(f"--pairwise {config.pairwise} is a joint model: pass a pairwise (run_as2) ranker")
-    for name in ("max_texts", "max_batch_size", "max_length", "batch_size"):
+    for name in ("max_texts", "max_batch_size", "max_length", "batch_size", "max_request_bytes"):
         if getattr(config, name) is not None and getattr(config, name) < 1:
             raise ArgumentError(f"--{name} must be at least 1, got {getattr(config, name)}")
 
@@ -172,9 +178,15 @@ class RerankScorer:
             )
             self.contextual = self.ranker.contextual
             self.kind = "contextual" if self.contextual else "pairwise"
+        # what the replica has scored: requests, the scoring calls they were batched into, the largest batch, and
+        # the batches that failed and were scored request by request
+        self.batching = {"requests": 0, "batches": 0, "largest_batch": 0, "split_batches": 0}
+        self._lock = threading.Lock()
 
     def info(self) -> dict:
-        info = {"kind": self.kind, "contextual": self.contextual, **asdict(self.config)}
+        with self._lock:
+            batching = dict(self.batching)
+        info = {"kind": self.kind, "contextual": self.contextual, **asdict(self.config), "batching": batching}
         if self.joint is not None:
             info["num_candidates"] = self.joint.layout.num_candidates
         return info
@@ -221,14 +233,21 @@ class RerankScorer:
         return ranked
 
     def rank_each(self, queries: list[Query]) -> list:
-        """:meth:`rank_many`, and when the batch fails, each query alone: one bad request fails only itself (its
-        exception is returned in its place)."""
+        """:meth:`rank_many`, and when the batch fails, each query alone: one bad request fails only itself. A
+        request that fails gets its exception in its place (never raised: the caller answers it)."""
+        with self._lock:
+            self.batching["requests"] += len(queries)
+            self.batching["batches"] += 1
+            self.batching["largest_batch"] = max(self.batching["largest_batch"], len(queries))
         try:
             return self.rank_many(queries)
-        except Exception:  # noqa: BLE001 - isolate the failing request
+        except Exception as error:  # noqa: BLE001 - isolate the failing request
             if len(queries) == 1:
-                raise
+                logger.exception("a request failed")
+                return [error]
             logger.exception("a batch of %d requests failed: scoring them one by one", len(queries))
+        with self._lock:
+            self.batching["split_batches"] += 1
         out = []
         for query in queries:
             try:
@@ -242,6 +261,23 @@ def raw_score(probability: float) -> float:
     """The logit of a probability, ``log(p / (1 - p))``, clamped to stay finite (JSON has no infinity)."""
     p = min(max(probability, RAW_SCORE_EPS), 1.0 - RAW_SCORE_EPS)
     return math.log(p) - math.log1p(-p)
+
+
+def unicode_text(text: str) -> str:
+    """A JSON string is any sequence of UTF-16 code units: a lone surrogate (``"\\ud800"``) parses, but is no Unicode
+    text and breaks the tokenizer. Refused at validation (422 naming the field)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as error:
+        raise ValueError(
+            f"a lone surrogate (\\u{ord(text[error.start]):04x} at character {error.start}) is not Unicode text"
+        ) from None
+    return text
+
+
+def one_line(error: Exception) -> str:
+    lines = str(error).strip().splitlines()
+    return f"{type(error).__name__}: {lines[0]}" if lines else type(error).__name__
 
 
 def first_error(errors: list[dict]) -> str:
@@ -267,54 +303,100 @@ def require_serve():
         raise ArgumentError(f"as2hub-serve needs the `serve` extra: {INSTALL_HINT} ({error})") from error
 
 
-_DEPLOYMENT = None
+_DEPLOYMENTS: dict[int, type] = {}
+ERROR_TYPES = {404: "NotFound", 405: "MethodNotAllowed", 413: "PayloadTooLarge", 422: "Validation", 500: "Backend"}
 
 
-def deployment_class():
-    """The Ray Serve deployment class (one per process: Serve pickles it by value into the replicas)."""
-    global _DEPLOYMENT
-    if _DEPLOYMENT is not None:
-        return _DEPLOYMENT
+def error_body(status: int, message: str) -> dict:
+    """Every error answer of the service: ``{"error": "<one line>", "error_type": ...}``."""
+    return {"error": message, "error_type": ERROR_TYPES.get(status, "Error")}
+
+
+class RequestBodyLimit:
+    """ASGI middleware: a request body over ``max_bytes`` answers 413 with the service's JSON error, at once when its
+    Content-Length says so, else (a chunked body) as soon as the bytes read pass the limit.
+
+    (FastAPI's and Starlette's own ``max_body_size`` replace any answer to a request whose Content-Length is over the
+    limit with a plain-text 413, which is not the documented error shape.)"""
+
+    def __init__(self, app, max_bytes: int):
+        self.app, self.max_bytes = app, max_bytes
+        self.message = f"the request body is over {max_bytes} bytes (--max_request_bytes)"
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        from fastapi import HTTPException
+        from fastapi.responses import JSONResponse
+        from starlette.datastructures import Headers
+
+        length = Headers(scope=scope).get("content-length", "")
+        if length.isdigit() and int(length) > self.max_bytes:
+            return await JSONResponse(error_body(413, self.message), status_code=413)(scope, receive, send)
+        received = 0
+
+        async def limited_receive():
+            nonlocal received
+            message = await receive()
+            if message["type"] == "http.request":
+                received += len(message.get("body", b""))
+                if received > self.max_bytes:
+                    raise HTTPException(413, self.message)  # answered by the app's handler, as JSON
+            return message
+
+        await self.app(scope, limited_receive, send)
+
+
+def deployment_class(max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES):
+    """The Ray Serve deployment class for a request-body limit (one per limit and process: Serve pickles it by value
+    into the replicas, with its FastAPI app and the app's :class:`RequestBodyLimit`)."""
+    if max_request_bytes in _DEPLOYMENTS:
+        return _DEPLOYMENTS[max_request_bytes]
     require_serve()
+    from typing import Annotated
+
     from fastapi import FastAPI, HTTPException, Request
     from fastapi.exceptions import RequestValidationError
     from fastapi.responses import JSONResponse
-    from pydantic import BaseModel, ConfigDict, Field, StrictStr
+    from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictStr
     from ray import serve
+    from starlette.exceptions import HTTPException as StarletteHTTPException
+
+    Text = Annotated[StrictStr, AfterValidator(unicode_text)]
 
     class TEIRequest(BaseModel):
         model_config = ConfigDict(extra="ignore")
-        query: StrictStr
-        texts: list[StrictStr] = Field(min_length=1)
+        query: Text
+        texts: list[Text] = Field(min_length=1)
         raw_scores: bool = False
         return_text: bool = False
         truncate: bool = True  # TEI's flag: texts are always truncated to the model's max length
-        contexts: list[StrictStr | None] | None = None
+        contexts: list[Text | None] | None = None
 
     class Document(BaseModel):
         model_config = ConfigDict(extra="ignore")
-        text: StrictStr
-        context: StrictStr | None = None
+        text: Text
+        context: Text | None = None
 
     class CohereRequest(BaseModel):
         model_config = ConfigDict(extra="ignore")
-        query: StrictStr
-        documents: list[StrictStr | Document] = Field(min_length=1)
+        query: Text
+        documents: list[Text | Document] = Field(min_length=1)
         top_n: int | None = Field(default=None, ge=1)
         return_documents: bool = False
-        contexts: list[StrictStr | None] | None = None
+        contexts: list[Text | None] | None = None
         model: str | None = None
 
     api = FastAPI(title="as2hub reranker", description="TEI /rerank and Cohere/Jina /v1/rerank for as2hub rankers")
+    api.add_middleware(RequestBodyLimit, max_bytes=max_request_bytes)
 
     @api.exception_handler(RequestValidationError)
     async def validation_error(request: Request, error: RequestValidationError):
-        return JSONResponse(status_code=422, content={"error": first_error(error.errors()), "error_type": "Validation"})
+        return JSONResponse(status_code=422, content=error_body(422, first_error(error.errors())))
 
-    @api.exception_handler(HTTPException)
-    async def http_error(request: Request, error: HTTPException):
-        kind = {413: "PayloadTooLarge", 422: "Validation"}.get(error.status_code, "Error")
-        return JSONResponse(status_code=error.status_code, content={"error": str(error.detail), "error_type": kind})
+    @api.exception_handler(StarletteHTTPException)  # this app's and Starlette's own (404, 405)
+    async def http_error(request: Request, error: StarletteHTTPException):
+        return JSONResponse(status_code=error.status_code, content=error_body(error.status_code, str(error.detail)))
 
     @serve.deployment(name="Reranker")
     @serve.ingress(api)
@@ -345,7 +427,7 @@ def deployment_class():
         async def ranked(self, query: Query) -> list[Ranked]:
             result = await self.rank_batch(query)
             if isinstance(result, Exception):
-                raise HTTPException(500, f"scoring failed: {type(result).__name__}: {result}")
+                raise HTTPException(500, f"scoring failed: {one_line(result)}")
             return result
 
         @api.get("/health")
@@ -388,7 +470,7 @@ def deployment_class():
                 results.append(item)
             return JSONResponse({"model": self.name, "results": results})
 
-    _DEPLOYMENT = Reranker
+    _DEPLOYMENTS[max_request_bytes] = Reranker
     return Reranker
 
 
@@ -396,7 +478,7 @@ def build_app(config: ServeConfig, replicas: int = 1):
     """The Serve application for ``serve.run``: ``replicas`` replicas of one ranker, ``config.threads`` CPUs each."""
     threads = config.threads or max(1, (os.cpu_count() or 1) // max(1, replicas))
     config = ServeConfig(**{**asdict(config), "threads": threads})
-    deployment = deployment_class().options(
+    deployment = deployment_class(config.max_request_bytes).options(
         num_replicas=replicas,
         ray_actor_options={"num_cpus": threads},
         max_ongoing_requests=max(2 * config.max_batch_size, 8),
@@ -430,6 +512,12 @@ def parse_args(argv=None):
     parser.add_argument("--max_batch_size", type=int, default=32, help="requests batched into one scoring call")
     parser.add_argument("--batch_wait_ms", type=float, default=5.0, help="how long a batch waits to fill")
     parser.add_argument(
+        "--max_request_bytes",
+        type=int,
+        default=DEFAULT_MAX_REQUEST_BYTES,
+        help="request bodies above this answer 413 (default: 2,000,000 bytes, as text-embeddings-inference)",
+    )
+    parser.add_argument(
         "--address", default=None, help="a running Ray cluster (auto, or HOST:6379); default: a local one"
     )
     args = parser.parse_args(argv)
@@ -451,6 +539,7 @@ def config_from_args(args) -> ServeConfig:
         max_texts=args.max_texts,
         max_batch_size=args.max_batch_size,
         batch_wait_ms=args.batch_wait_ms,
+        max_request_bytes=args.max_request_bytes,
     )
 
 
