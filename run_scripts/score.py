@@ -368,11 +368,13 @@ def what_changed(previous: dict, current: dict) -> str:
         return f"{value[:12]}..." if isinstance(value, str) and len(value) == 64 else value
 
     changes = []
-    if previous.get("weights_sha256") != current["weights_sha256"]:
-        old, new = short(previous.get("weights_sha256", "not recorded")), short(current["weights_sha256"])
+    if "weights_sha256" not in previous:  # a record of an as2hub-score that did not hash the weights
+        changes.append("the record has no hash of the weights that scored (an older as2hub-score wrote it)")
+    elif previous["weights_sha256"] != current["weights_sha256"]:
+        old, new = short(previous["weights_sha256"]), short(current["weights_sha256"])
         changes.append(f"the model's weights changed (sha256 {old} -> {new})")
-    if previous.get("backend") != current["backend"]:
-        changes.append(f"backend {previous.get('backend', 'not recorded')!r} -> {current['backend']!r}")
+    if "backend" in previous and previous["backend"] != current["backend"]:
+        changes.append(f"backend {previous['backend']!r} -> {current['backend']!r}")
     old_inputs, new_inputs = previous.get("inputs", []), current["inputs"]
     if [f.get("path") for f in old_inputs] != [f["path"] for f in new_inputs]:
         names = [Path(f.get("path", "?")).name for f in old_inputs], [Path(f["path"]).name for f in new_inputs]
