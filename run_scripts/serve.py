@@ -321,7 +321,7 @@ class RequestBodyLimit:
 
     def __init__(self, app, max_bytes: int):
         self.app, self.max_bytes = app, max_bytes
-        self.message = f"the request body is over {max_bytes} bytes (--max_request_bytes)"
+        self.limit = f"the limit of {max_bytes} bytes (--max_request_bytes)"
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
@@ -332,7 +332,8 @@ class RequestBodyLimit:
 
         length = Headers(scope=scope).get("content-length", "")
         if length.isdigit() and int(length) > self.max_bytes:
-            return await JSONResponse(error_body(413, self.message), status_code=413)(scope, receive, send)
+            message = f"the request body of {length} bytes is over {self.limit}"
+            return await JSONResponse(error_body(413, message), status_code=413)(scope, receive, send)
         received = 0
 
         async def limited_receive():
@@ -341,7 +342,7 @@ class RequestBodyLimit:
             if message["type"] == "http.request":
                 received += len(message.get("body", b""))
                 if received > self.max_bytes:
-                    raise HTTPException(413, self.message)  # answered by the app's handler, as JSON
+                    raise HTTPException(413, f"the request body is over {self.limit}")  # the app's handler answers
             return message
 
         await self.app(scope, limited_receive, send)
