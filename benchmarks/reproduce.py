@@ -49,6 +49,7 @@ each seed's JSON gathers them into the table's JSON and prints the table (it rer
 Usage::
 
     python benchmarks/reproduce.py --table 001 --plan                       # what would run, sizes, estimates
+    python benchmarks/reproduce.py --table 001 --scale cpu_learn --report   # the table so far, from the stored runs
     OMP_NUM_THREADS=1 nice -n 10 python benchmarks/reproduce.py --table 001 --scale cpu --seeds 1
     python benchmarks/reproduce.py --table 004 --scale cpu --dataset my_train.jsonl --validation_file my_dev.jsonl \\
         --test_file my_test.jsonl --results /tmp/joint_mydata.json
@@ -127,6 +128,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--rerun", default="", help="comma-separated systems to run again even if finished")
     parser.add_argument("--plan", "--dry_run", dest="plan", action="store_true",
                         help="print the runs (status, commands, sizes, estimated time) and exit")  # fmt: skip
+    parser.add_argument("--report", action="store_true",
+                        help="print the table of the runs finished so far (results JSON, state.json, --state_from) and "
+                             "exit: runs nothing, writes only --markdown (safe beside a running invocation)")  # fmt: skip
     parser.add_argument("--stop_after_s", type=float, default=None,
                         help="after this many seconds start nothing, checkpoint and stop a pre-training, stop a fine-tuning (both "
                              "continue on the next call); exit code 3")  # fmt: skip
@@ -848,6 +852,12 @@ def _main(argv=None) -> int:
     harness = Harness(cfg, table)
     if cfg.plan:
         print_plan(harness, missing)
+        return EXIT_DONE
+    if cfg.report:
+        markdown = markdown_report(cfg, table, harness.summarize())
+        print(markdown)
+        if cfg.markdown:
+            Path(cfg.markdown).write_text(markdown + "\n")
         return EXIT_DONE
     if cfg.threads:
         import torch

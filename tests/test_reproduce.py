@@ -324,6 +324,14 @@ def test_a_table_runs_end_to_end_records_seeds_and_resumes(tmp_path, stock_check
     elsewhere = json.loads((tmp_path / "elsewhere.json").read_text())
     assert elsewhere["invocations"][-1]["units_run"] == [] and elsewhere["complete"]
 
+    # --report: the stored runs' table, nothing run and nothing written but --markdown
+    before = (tmp_path / "r.json").read_text()
+    table = tmp_path / "table.md"
+    argv = [*TINY, *args, "--model", str(model), "--results", str(tmp_path / "r.json"), "--output_root",
+            str(tmp_path / "r_out"), "--report", "--markdown", str(table)]  # fmt: skip
+    assert reproduce.main(argv) == 0
+    assert (tmp_path / "r.json").read_text() == before and table.read_text().strip() == report["markdown"].strip()
+
     code, report = run(tmp_path, *args, "--seeds", "3", model=model)  # a third seed: only its runs
     assert code == 0 and report["invocations"][-1]["units_run"] == ["pairwise/44", "contextual_dslc/44"]
     assert report["summary"]["systems"]["pairwise"]["seeds"] == [42, 43, 44]
