@@ -12,7 +12,8 @@ name           what runs                                               needs
                                                                        ``amx_bf16``); elsewhere it runs, emulated, slowly
 ``onnx``       ONNX Runtime on ``onnx/model.onnx`` (fp32);             ``pip install "as2hub[onnx]"`` and
                ``quantize="int8"``: ``onnx/model_qint8_dynamic.onnx``  ``as2hub-export-onnx PATH [--quantize int8]``
-``onnx-int8``  the same as ``backend="onnx", quantize="int8"``         as ``onnx``
+``onnx-int8``  the same as ``backend="onnx", quantize="int8"``:        as ``onnx``
+               per-token activation scales, batch-invariant scores
 ``cuda-fp16``  the torch model on the GPU, float16 weights             a CUDA build of torch and a GPU
 ``cuda-bf16``  the torch model on the GPU, bfloat16 weights            as ``cuda-fp16``, and a GPU with bf16
                                                                        (Ampere or newer)
@@ -22,10 +23,13 @@ name           what runs                                               needs
 ONNX Runtime's int8 kernels (MLAS) pick the CPU's integer dot-product instructions themselves: ``vpmaddubsw`` on AVX2,
 VNNI (``avx512_vnni`` / ``avx_vnni``) and AMX (``amx_int8``) where present, so one int8 graph serves every x86 CPU.
 
-``auto`` never fails where ``torch`` works: a candidate that cannot run here (no GPU, an extra not installed, no
-exported graph, a graph older than the weights) is skipped and the reason logged; the pick is logged in one line on
-the ``as2hub.backends`` logger. An explicitly named backend that cannot run raises :class:`BackendUnavailableError`
-(or ``ImportError`` for a missing extra), saying why and what to install or run.
+``auto`` skips a candidate only for the expected reasons it cannot run here (:data:`NOT_AVAILABLE_HERE`: no GPU or
+no native bf16 on it, the ``onnx`` extra not installed, no exported graph, a graph exported from other weights or by
+an older as2hub) and then logs a WARNING naming each reason; the pick is logged in one line on the
+``as2hub.backends`` logger (INFO when it is the first choice). Any other failure of a fast path (a corrupt graph, a
+runtime error, CUDA out of memory) is raised, not hidden behind a silent fall-back to another precision. An
+explicitly named backend that cannot run raises :class:`BackendUnavailableError` (or ``ImportError`` for a missing
+extra), saying why and what to install or run.
 
     >>> from as2hub.modeling.backends import CpuFeatures, auto_order
     >>> auto_order(CpuFeatures("AMD EPYC", frozenset({"avx2", "fma"})), cuda=False)
@@ -48,7 +52,7 @@ BACKENDS = {
     "torch": ("torch", "fp32"),
     "torch-bf16": ("torch", "bf16"),
     "onnx": ("onnx", None),  # fp32, or int8 with quantize="int8" (the historical spelling)
-    "onnx-int8": ("onnx", "int8"),
+    "onnx-int8": ("onnx", "int8"),  # per-token activation scales: batch-invariant scores
     "cuda-fp16": ("cuda", "fp16"),
     "cuda-bf16": ("cuda", "bf16"),
 }
@@ -147,10 +151,19 @@ def onnx_available() -> bool:
     return True
 
 
-def auto_order(cpu: CpuFeatures | None = None, cuda: bool | None = None) -> tuple[str, ...]:
+def cuda_bf16_native() -> bool:
+    """The GPU computes bf16 natively (Ampere or newer): a T4 or V100 only emulates it, slowly."""
+    import torch
+
+    return torch.cuda.is_available() and torch.cuda.is_bf16_supported(including_emulation=False)
+
+
+def auto_order(
+    cpu: CpuFeatures | None = None, cuda: bool | None = None, cuda_bf16: bool | None = None
+) -> tuple[str, ...]:
     """The backends ``auto`` tries, fastest first, for a machine.
 
-    GPU: bf16 where the GPU has it, else fp16. CPU: int8 (ONNX Runtime, whose kernels use VNNI / AMX where present)
+    GPU: bf16 where the GPU computes it natively (``cuda_bf16``; default :func:`cuda_bf16_native`), else fp16. CPU: int8 (ONNX Runtime, whose kernels use VNNI / AMX where present)
     ahead of fp32; with AMX-BF16, torch bf16 first (on such a Xeon, CrossEncoder's bf16 already out-ran ONNX Runtime's
     dynamic int8: issue 23's table), with AVX512-BF16 alone (no AMX) after int8. The CPU order on AVX2 is measured
     (``modeling/BACKENDS.md``); the bf16 places are to be measured on a machine that has the hardware.
@@ -159,7 +172,8 @@ def auto_order(cpu: CpuFeatures | None = None, cuda: bool | None = None) -> tupl
     cuda = cuda_available() if cuda is None else cuda
     order: list[str] = []
     if cuda:
-        order += ["cuda-bf16", "cuda-fp16"]
+        cuda_bf16 = cuda_bf16_native() if cuda_bf16 is None else cuda_bf16
+        order += ["cuda-bf16", "cuda-fp16"] if cuda_bf16 else ["cuda-fp16"]
     if "amx_bf16" in cpu.flags:
         order += ["torch-bf16", "onnx-int8"]
     elif cpu.bf16_hardware:
@@ -174,11 +188,22 @@ def normalize(backend: str, quantize: str | None) -> tuple[str, str | None]:
     """``(name, quantize)`` with the historical spelling ``("onnx", "int8")`` and ``"onnx-int8"`` made one."""
     if backend not in BACKEND_CHOICES:
         raise ValueError(f"backend must be one of {', '.join(repr(b) for b in BACKEND_CHOICES)}, got {backend!r}")
-    if backend == "onnx-int8":
-        if quantize not in (None, "int8"):
-            raise ValueError(f"backend='onnx-int8' is int8; got quantize={quantize!r}")
-        return "onnx", "int8"
+    if BACKENDS.get(backend, (None, None))[0] == "onnx" and backend != "onnx":
+        precision = BACKENDS[backend][1]
+        if quantize not in (None, precision):
+            raise ValueError(f"backend={backend!r} is {precision}; got quantize={quantize!r}")
+        return "onnx", precision
     return backend, quantize
+
+
+def not_available_here() -> tuple[type[BaseException], ...]:
+    """The exceptions that mean "this backend cannot run on this machine or folder" (``auto`` falls back on these
+    alone, with a WARNING): no GPU / no native bf16 (:class:`BackendUnavailableError`), the ``onnx`` extra missing
+    (``ImportError``), no exported graph (:class:`~as2hub.modeling.onnx_backend.MissingOnnxExportError`), a graph from
+    other weights or an older as2hub (:class:`~as2hub.modeling.onnx_backend.StaleOnnxExportError`)."""
+    from .onnx_backend import MissingOnnxExportError, StaleOnnxExportError
+
+    return (BackendUnavailableError, ImportError, MissingOnnxExportError, StaleOnnxExportError)
 
 
 def check_runnable(name: str, cpu: CpuFeatures | None = None) -> None:
@@ -196,10 +221,10 @@ def check_runnable(name: str, cpu: CpuFeatures | None = None) -> None:
                 f"{torch.__version__}, {build}); install {INSTALL['cuda']}, or use backend='auto' (picks the "
                 "fastest CPU backend) or 'torch'"
             )
-        if precision == "bf16" and not torch.cuda.is_bf16_supported():
+        if precision == "bf16" and not torch.cuda.is_bf16_supported(including_emulation=False):
             raise BackendUnavailableError(
-                f"backend {name!r}: {torch.cuda.get_device_name()} has no bfloat16 support (it needs Ampere or "
-                "newer); use backend='cuda-fp16'"
+                f"backend {name!r}: {torch.cuda.get_device_name()} does not compute bfloat16 natively (it needs "
+                "Ampere or newer; older GPUs only emulate it, slowly); use backend='cuda-fp16'"
             )
 
 

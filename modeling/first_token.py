@@ -29,8 +29,12 @@ FIRST_TOKEN_MODEL_TYPES = frozenset({"contextual_roberta", "contextual_electra",
 
 
 def last_bert_layer(model):
-    """The model's last encoder layer when it has the BERT layout and a first-token head, else None."""
-    if getattr(model.config, "model_type", None) not in FIRST_TOKEN_MODEL_TYPES:
+    """The model's last encoder layer when it has the BERT layout and a first-token head, else None.
+
+    The head is the class's: ``type(model).config_class.model_type``, not the config instance's ``model_type`` (a joint
+    model built in memory from a contextual folder keeps the contextual config, and its heads read the slot tokens)."""
+    class_type = getattr(getattr(type(model), "config_class", None), "model_type", None)
+    if class_type not in FIRST_TOKEN_MODEL_TYPES:
         return None
     layers = getattr(getattr(getattr(model, "base_model", None), "encoder", None), "layer", None)
     if not layers:

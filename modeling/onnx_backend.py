@@ -23,13 +23,14 @@ For the cross-encoders the graph computes the last layer for the first token onl
 (:mod:`as2hub.modeling.first_token`: the same logits, checked against the full model at export; about 1.25x faster for
 MiniLM-L6 in int8).
 
-int8 is ONNX Runtime's dynamic quantization (``onnxruntime.quantization.quantize_dynamic``): int8 weights per output
-channel for the weight MatMuls (and int8 embedding tables), activations quantized on the fly (uint8, per tensor); the
-attention products (activation x activation) and the two projections per layer that write into the residual stream
-(attention output, feed-forward output: :data:`FP32_MATMUL_SUFFIXES`, which took int8's WikiQA MAP change from
--0.002..-0.010 to +0.002..+0.006 across batch sizes) stay fp32. ONNX Runtime's own graph
-optimizer fuses the rest when the session starts; an offline ``onnxruntime.transformers`` optimization (fused
-``Attention``/``QAttention``) was slower for MiniLM on this project's 2-core CPU (fp32 and int8), so it is not applied.
+int8 is ONNX Runtime's dynamic quantization (``onnxruntime.quantization.quantize_dynamic``: int8 weights per output
+channel for every weight MatMul, int8 embedding tables), rewritten so that activations get **one scale per token**
+(:func:`per_token_activation_scales`): a pair's int8 score is the same alone, in a batch of 8 or of 64, whatever its
+neighbours. (Plain dynamic quantization takes one scale per tensor, i.e. per batch: a MiniLM score moved by up to ~1e-3
+with its neighbours, and the graph needed two fp32 projections per layer to keep WikiQA MAP.) The attention products
+(activation x activation) stay fp32. ONNX Runtime's own graph optimizer fuses the rest when the session starts; an
+offline ``onnxruntime.transformers`` optimization (fused ``Attention``/``QAttention``) was slower for MiniLM on this
+project's 2-core CPU (fp32 and int8), so it is not applied. Figures: ``modeling/BACKENDS.md``.
 
 Each graph carries the SHA-256 of the weights it was exported from (``metadata_props``), and loading checks it against
 the folder's safetensors: a graph left behind by an older export raises :class:`StaleOnnxExportError` instead of
@@ -81,6 +82,10 @@ CONFIG_KEY = "as2hub.config"
 
 class StaleOnnxExportError(ValueError):
     """An ``onnx/`` graph that was not exported from the folder's current weights or config."""
+
+
+class MissingOnnxExportError(FileNotFoundError):
+    """A saved ranker without the ``onnx/`` graph asked for (``as2hub-export-onnx`` writes it)."""
 
 
 class NotAnAS2hubRankerError(ValueError):
@@ -313,41 +318,139 @@ def _run_graph(path: Path, batches: list[dict], input_names) -> list:
     return [session.run(None, {name: batch[name].numpy() for name in input_names})[0] for batch in batches]
 
 
-# Weight MatMuls that stay fp32 in the int8 graph: the two projections that write back into the residual stream in
-# every layer (attention output ``.../output/dense``, feed-forward output ``.../output/dense`` or, in the first-token
-# last layer, ``.../output/dense_1``). Their inputs (attention context, GELU output) quantize worst with one dynamic
-# scale per batch: quantizing them moved the WikiQA clean-test MAP of the fine-tuned MiniLM by -0.002 to -0.010
-# depending on the batch size; keeping them fp32 gave +0.0017..+0.0058 (2026-11-25, modeling/BACKENDS.md).
-FP32_MATMUL_SUFFIXES = ("/output/dense/MatMul", "/output/dense_1/MatMul")
-INT8_DESCRIPTION = "int8 dynamic, per-channel QInt8 weights; attention and feed-forward output projections fp32"
-
-
-def int8_excluded_nodes(source: Path) -> list[str]:
-    """Names of the weight MatMuls of ``source`` that :func:`quantize_int8` keeps fp32 (:data:`FP32_MATMUL_SUFFIXES`)."""
-    import onnx
-
-    graph = onnx.load(str(source), load_external_data=False).graph
-    weights = {initializer.name for initializer in graph.initializer}
-    return [
-        node.name
-        for node in graph.node
-        if node.op_type == "MatMul" and node.name.endswith(FP32_MATMUL_SUFFIXES) and node.input[1] in weights
-    ]
+INT8_DESCRIPTION = "int8 dynamic, per-channel QInt8 weights for every weight MatMul, per-token activation scales"
+# An int8 graph whose metadata has another description is stale: the graphs of earlier versions had one activation
+# scale per batch (scores that depend on the other pairs of the batch) and two fp32 projections per layer.
 
 
 def quantize_int8(source: Path, target: Path) -> None:
-    """Dynamic int8 quantization: int8 weights per output channel for the weight MatMuls (but the residual-stream
-    projections, :func:`int8_excluded_nodes`) and the embedding tables, uint8 activations quantized on the fly (per
-    tensor)."""
+    """Dynamic int8 quantization with ONNX Runtime's ``quantize_dynamic`` (int8 weights per output channel for every
+    weight MatMul, int8 embedding tables), then one activation scale per token (:func:`per_token_activation_scales`),
+    so that a pair's score does not depend on the other pairs of its batch."""
+    import onnx
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
-    quantize_dynamic(
-        str(source),
-        str(target),
-        weight_type=QuantType.QInt8,
-        per_channel=True,
-        nodes_to_exclude=int8_excluded_nodes(source),
-    )
+    quantize_dynamic(str(source), str(target), weight_type=QuantType.QInt8, per_channel=True)
+    graph = onnx.load(str(target))
+    per_token_activation_scales(graph)
+    onnx.save(graph, str(target))
+
+
+def per_token_activation_scales(model) -> int:
+    """Rewrite, in place, a graph from ``quantize_dynamic`` so that every activation gets one scale per token.
+
+    ``quantize_dynamic`` quantizes an activation ``x`` with ``DynamicQuantizeLinear``: one scale and zero point for
+    the whole tensor, i.e. for the whole batch, so a pair's int8 score depends on the other pairs (and on the padding
+    of the batch). Here each ``DynamicQuantizeLinear`` becomes a symmetric per-row quantization over the last axis
+    (``scale = max|x| / 127`` per token, uint8 with zero point 128, through ``QuantizeLinear`` on the flattened rows),
+    each ``MatMulInteger -> Cast -> Mul(x_scale * w_scale)`` chain becomes ONNX Runtime's fused
+    ``MatMulIntegerToFloat`` with a unit activation scale followed by a ``Mul`` with the per-token scales. Every
+    token's result then depends on that token's row alone: scores are the same in any batch (tests:
+    ``test_int8_scores_do_not_depend_on_the_batch``). ``MatMulIntegerToFloat`` is an ONNX Runtime operator (domain
+    ``com.microsoft``): the graph is for ONNX Runtime, as the rest of this module.
+
+    (Giving ``MatMulInteger`` the per-token scale through ONNX Runtime's own fusion does not work: its
+    ``MatMulIntegerToFloat`` fusion takes the activation scale for a per-tensor one and scores wrongly.)
+
+    Returns the number of activations rewritten.
+    """
+    from collections import defaultdict
+
+    import numpy as np
+    from onnx import helper, numpy_helper
+
+    graph = model.graph
+    opset = next(entry.version for entry in model.opset_import if entry.domain in ("", "ai.onnx"))
+    if not any(entry.domain == "com.microsoft" for entry in model.opset_import):
+        model.opset_import.append(helper.make_opsetid("com.microsoft", 1))
+    consumers, producer = defaultdict(list), {}
+    for node in graph.node:
+        for name in node.input:
+            consumers[name].append(node)
+        for name in node.output:
+            producer[name] = node
+    prefix = "as2hub_per_token"
+    constants = {
+        "127": np.array(127, np.float32),
+        "tiny": np.array(1e-30, np.float32),
+        "one": np.array(1, np.float32),
+        "zero_point": np.array(128, np.uint8),
+        "last_axis": np.array([-1], np.int64),
+    }
+    const = {key: f"{prefix}/{key}" for key in constants}
+    replacements, dropped = {}, set()
+    for node in graph.node:
+        if node.op_type != "DynamicQuantizeLinear":
+            continue
+        x, (quantized, scale, zero_point) = node.input[0], node.output
+        p = f"{node.name}_per_token"
+        row_scale = f"{p}_row_scale"
+        if opset >= 18:
+            reduce = helper.make_node("ReduceMax", [f"{p}_abs", const["last_axis"]], [f"{p}_max"], keepdims=1)
+        else:
+            reduce = helper.make_node("ReduceMax", [f"{p}_abs"], [f"{p}_max"], axes=[-1], keepdims=1)
+        reduce.name = f"{p}/ReduceMax"
+        row_zero_points = numpy_helper.from_array(np.array([128], np.uint8))
+        replacements[node.name] = [
+            helper.make_node("Abs", [x], [f"{p}_abs"], name=f"{p}/Abs"),
+            reduce,
+            helper.make_node("Max", [f"{p}_max", const["tiny"]], [f"{p}_max_positive"], name=f"{p}/Max"),
+            helper.make_node("Div", [f"{p}_max_positive", const["127"]], [row_scale], name=f"{p}/Scale"),
+            helper.make_node("Shape", [x], [f"{p}_shape"], name=f"{p}/Shape"),
+            helper.make_node("Flatten", [x], [f"{p}_rows"], axis=-1, name=f"{p}/Rows"),
+            helper.make_node("Reshape", [row_scale, const["last_axis"]], [f"{p}_scales"], name=f"{p}/RowScales"),
+            helper.make_node("Shape", [f"{p}_scales"], [f"{p}_count"], name=f"{p}/RowCount"),
+            helper.make_node(
+                "ConstantOfShape", [f"{p}_count"], [f"{p}_zero_points"], value=row_zero_points, name=f"{p}/ZeroPoints"
+            ),
+            helper.make_node(
+                "QuantizeLinear",
+                [f"{p}_rows", f"{p}_scales", f"{p}_zero_points"],
+                [f"{p}_quantized_rows"],
+                axis=0,
+                name=f"{p}/Quantize",
+            ),
+            helper.make_node("Reshape", [f"{p}_quantized_rows", f"{p}_shape"], [quantized], name=f"{p}/Restore"),
+        ]
+        dropped.add(node.name)
+        for matmul in consumers[quantized]:
+            (cast,) = consumers[matmul.output[0]]
+            (mul,) = consumers[cast.output[0]]
+            scales = producer.get(mul.input[1])
+            if not (
+                matmul.op_type == "MatMulInteger"
+                and cast.op_type == "Cast"
+                and mul.op_type == "Mul"
+                and scales is not None
+                and scales.op_type == "Mul"
+                and scales.input[0] == scale
+                and len(consumers[scales.output[0]]) == 1
+            ):
+                raise ValueError(f"unexpected int8 pattern after {node.name} (onnxruntime changed quantize_dynamic?)")
+            weight, weight_zero_point, weight_scale = matmul.input[1], matmul.input[3], scales.input[1]
+            output = mul.output[0]
+            dropped.update((matmul.name, cast.name, scales.name))
+            replacements[mul.name] = [
+                helper.make_node(
+                    "MatMulIntegerToFloat",
+                    [quantized, weight, const["one"], weight_scale, const["zero_point"], weight_zero_point],
+                    [f"{output}_unit_scale"],
+                    domain="com.microsoft",
+                    name=f"{matmul.name}_to_float",
+                ),
+                helper.make_node("Mul", [f"{output}_unit_scale", row_scale], [output], name=f"{matmul.name}_row_scale"),
+            ]
+        del zero_point  # its users were the MatMulIntegers replaced above
+    nodes = []
+    for node in graph.node:
+        if node.name in replacements:
+            nodes.extend(replacements[node.name])
+        elif node.name not in dropped:
+            nodes.append(node)
+    del graph.node[:]
+    graph.node.extend(nodes)
+    graph.initializer.extend(numpy_helper.from_array(value, const[key]) for key, value in constants.items())
+    return sum(1 for name in replacements if name in dropped)
 
 
 @contextlib.contextmanager
@@ -422,20 +525,30 @@ def export_onnx(folder, quantize: str | None = None, opset: int = DEFAULT_OPSET)
         report["fp32"] = {"file": GRAPH_FILES[None], "max_abs_score_diff_vs_torch": diff}
         written["fp32"] = fp32
         logger.info("fp32 graph matches torch: max |score difference| %.2e", diff)
-        if quantize == "int8":
-            int8 = staging / GRAPH_FILES["int8"]
+        if quantize is not None:
+            int8 = staging / GRAPH_FILES[quantize]
             with _quiet_root_logger():  # onnxruntime.quantization logs every tensor at INFO on the root logger
                 quantize_int8(fp32, int8)
             _set_metadata(int8, {**metadata, "as2hub.quantization": INT8_DESCRIPTION})
             diff = _max_score_diff(_run_graph(int8, batches, spec.input_names), expected, config)
-            report["int8"] = {"file": GRAPH_FILES["int8"], "max_abs_score_diff_vs_torch": diff}
-            written["int8"] = int8
-            logger.info("int8 graph: max |score difference| vs torch %.2e (on a few dummy pairs)", diff)
+            report[quantize] = {"file": GRAPH_FILES[quantize], "max_abs_score_diff_vs_torch": diff}
+            written[quantize] = int8
+            logger.info("%s graph: max |score difference| vs torch %.2e (on a few dummy pairs)", quantize, diff)
         paths = {}
         for kind, path in written.items():
             paths[kind] = target_dir / path.name
             os.replace(path, paths[kind])
         _drop_stale_graphs(target_dir, metadata[WEIGHTS_KEY], keep=set(paths.values()))
+        earlier = _read_record(target_dir / EXPORT_RECORD)
+        if earlier.get("weights_sha256") == metadata[WEIGHTS_KEY]:  # graphs of the same weights that stay beside these
+            report = {
+                **{
+                    kind: entry
+                    for kind, entry in earlier.get("graphs", {}).items()
+                    if (target_dir / entry["file"]).is_file()
+                },
+                **report,
+            }
         record = {
             "weights_sha256": metadata[WEIGHTS_KEY],
             "config": graph_config(config),
@@ -448,6 +561,13 @@ def export_onnx(folder, quantize: str | None = None, opset: int = DEFAULT_OPSET)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return paths
+
+
+def _read_record(path: Path) -> dict:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
 
 
 def _drop_stale_graphs(target_dir: Path, weights: str, keep: set[Path]) -> None:
@@ -533,7 +653,9 @@ class OnnxRankerModel:
         graph = folder / ONNX_SUBFOLDER / GRAPH_FILES[quantize]
         if not graph.is_file():
             flag = f" --quantize {quantize}" if quantize else ""
-            raise FileNotFoundError(f"{graph} does not exist: export it first with `as2hub-export-onnx {folder}{flag}`")
+            raise MissingOnnxExportError(
+                f"{graph} does not exist: export it first with `as2hub-export-onnx {folder}{flag}`"
+            )
         config = AutoConfig.from_pretrained(folder, trust_remote_code=trust_remote_code)
         model = cls(graph, config, num_threads=num_threads, session_options=session_options, providers=providers)
         if check_weights:
@@ -570,6 +692,12 @@ def check_not_stale(graph: Path, folder: Path, config, metadata: dict, quantize:
         raise StaleOnnxExportError(
             f"{graph} is stale: it was exported from other weights than those in {folder} "
             f"(sha256 {exported_from[:12]}… vs {current[:12]}…): {rerun}"
+        )
+    if quantize == "int8" and metadata.get("as2hub.quantization") != INT8_DESCRIPTION:
+        raise StaleOnnxExportError(
+            f"{graph} is stale: it was quantized as {metadata.get('as2hub.quantization')!r}; this version of as2hub "
+            f"quantizes as {INT8_DESCRIPTION!r} (an older int8 graph has one activation scale per batch, so its "
+            f"scores depend on the other pairs of the batch): {rerun}"
         )
     exported_config = json.loads(metadata.get(CONFIG_KEY, "{}"))
     if exported_config.get("model_type") in JOINT_MODEL_TYPES:

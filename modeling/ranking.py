@@ -74,7 +74,7 @@ def _load(name, path, auto_class, quantize, num_threads, trust_remote_code):
         model = OnnxRankerModel.from_pretrained(
             path, quantize=quantize, num_threads=num_threads, trust_remote_code=trust_remote_code
         )
-        model.as2hub_backend = "onnx-int8" if quantize == "int8" else "onnx"
+        model.as2hub_backend = {None: "onnx", "int8": "onnx-int8"}[quantize]
         return model, model.graph_path.parent.parent
     if quantize is not None or num_threads is not None:
         raise ValueError(
@@ -104,20 +104,23 @@ def _load_auto(path, auto_class, quantize, num_threads, trust_remote_code):
             threads = num_threads if engine == "onnx" else None
             model, folder = _load(name, path, auto_class, BACKENDS[name][1] if engine == "onnx" else None,
                                   threads, trust_remote_code)  # fmt: skip
-        except Exception as error:  # noqa: BLE001 - any failure of a fast path (no extra, no graph, stale, a Hub
-            # download that fails offline, an ISA the runtime refuses) falls back; only torch's own failure is raised
+        except backends.not_available_here() as error:  # only "cannot run here"; anything else is raised
             if name == "torch":
                 raise
             skipped.append(f"{name}: {_first_line(error)}")
             continue
         if engine == "torch" and num_threads is not None:
             torch.set_num_threads(num_threads)
-        logger.info(
-            "backend='auto' picked %r on %s%s",
-            name,
-            backends.describe_machine(cpu),
-            f" (skipped {'; '.join(skipped)})" if skipped else " (the first choice for this machine)",
-        )
+        if skipped:
+            logger.warning(
+                "backend='auto' picked %r on %s: skipped %s", name, backends.describe_machine(cpu), "; ".join(skipped)
+            )
+        else:
+            logger.info(
+                "backend='auto' picked %r on %s (the first choice for this machine)",
+                name,
+                backends.describe_machine(cpu),
+            )
         return model, folder
     raise AssertionError("unreachable: 'torch' is the last choice of auto_order")
 

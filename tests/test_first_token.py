@@ -54,6 +54,27 @@ def test_models_that_read_more_than_the_first_token_run_unchanged(stock_checkpoi
         assert not applied
 
 
+def test_a_joint_model_built_in_memory_from_a_contextual_folder_runs_unchanged(stock_checkpoint, tmp_path):
+    """Such a model keeps the contextual folder's config (``config.model_type`` says ``contextual_bert``) but its
+    heads read the slot tokens: the shortcut follows the class, so it is not applied and the logits stay the full
+    model's."""
+    from as2hub.modeling import JointMultiCandidateModel
+    from as2hub.modeling.joint_multicandidate.joint_layout import SlotLayout
+
+    folder = spread_tiny_ranker(stock_checkpoint, tmp_path / "ctx", "bert", True, export=False)
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    joint = JointMultiCandidateModel.from_pretrained(folder, num_candidates=3, slot_length=16, head="AE_k").eval()
+    assert joint.config.model_type == "contextual_bert"  # the situation of the defect (issue 30, item 7)
+    layout = SlotLayout.from_tokenizer(tokenizer, 3, 16)
+    batch = layout.batch([layout.encode_texts(tokenizer, QUESTIONS[0], CANDIDATES)])
+    with torch.inference_mode():
+        full = joint(**batch).logits
+        with first_token_last_layer(joint) as applied:
+            inside = joint(**batch).logits
+    assert not applied
+    assert torch.equal(inside, full)
+
+
 def test_ranker_scores_equal_the_full_models_probabilities(stock_checkpoint, tmp_path):
     """The Ranker (length-sorted padded batches, first-token last layer) against the full model, one unpadded pair
     at a time."""

@@ -74,7 +74,8 @@ def test_joint_graph_scores_equal_torch_and_int8_stays_close(stock_checkpoint, t
     int8 = JointRanker.from_pretrained(tmp_path, backend="onnx", quantize="int8", num_threads=1).score(
         QUESTION, CANDIDATES
     )
-    assert int8 == pytest.approx(expected, abs=0.1) and int8 != pytest.approx(expected, abs=1e-6)
+    # per-token int8 on these joint models: at most 0.028 on a 0.73 spread (2026-11-26, Intel Xeon with AMX)
+    assert int8 == pytest.approx(expected, abs=0.05) and int8 != pytest.approx(expected, abs=1e-6)
 
     import onnx
 
@@ -82,7 +83,7 @@ def test_joint_graph_scores_equal_torch_and_int8_stays_close(stock_checkpoint, t
     shape = [d.dim_param or d.dim_value for d in graph.graph.input[0].type.tensor_type.shape.dim]
     assert shape == ["batch", (K + 1) * L]  # one graph at (k+1)·L, dynamic batch
     ops = {node.op_type for node in onnx.load(str(paths["int8"])).graph.node}
-    assert ops & {"MatMulInteger", "DynamicQuantizeMatMul", "DynamicQuantizeLinear"}
+    assert "MatMulIntegerToFloat" in ops and "QuantizeLinear" in ops and "DynamicQuantizeLinear" not in ops
 
 
 def test_fact_verification_head_exports_label_probabilities(stock_checkpoint, tmp_path):
