@@ -89,6 +89,19 @@ def format_table(headers: list[str], rows: list[list]) -> str:
     return "\n".join(lines)
 
 
+# Interval bounds are rounded to this before the "zero in the interval" test: far coarser than float noise (a P@1
+# difference that is 0 exactly can come out of the resampled means as -5.55e-18) and far finer than any metric's
+# resolution (1 / questions: 0.004 for WikiQA's 237 test questions).
+CI_RESOLUTION = 1e-9
+
+
+def rounded_interval(low: float, high: float, resolution: float = CI_RESOLUTION) -> tuple[list[float], bool]:
+    """``([low, high], zero_in_ci95)`` with both bounds rounded to ``resolution`` first (and -0.0 written as 0.0), so
+    the flag agrees with the interval the tables print: [-0.1333, -5.55e-18] contains zero."""
+    low, high = (round(bound / resolution) * resolution + 0.0 for bound in (float(low), float(high)))
+    return [low, high], low <= 0.0 <= high
+
+
 def paired_bootstrap_metrics(a: dict, b: dict, metrics, resamples: int = 10000, seed: int = 0) -> dict:
     """a - b for every metric of per-question dicts (question -> {metric: value}), with a 95% percentile interval from
     resampling the questions both share (paired); the generic form of bench_wikiqa_quality's ``paired_bootstrap``."""
@@ -99,11 +112,11 @@ def paired_bootstrap_metrics(a: dict, b: dict, metrics, resamples: int = 10000, 
     out = {"num_questions": len(questions), "resamples": resamples}
     for name in metrics:
         diff = np.array([a[q][name] - b[q][name] for q in questions])
-        low, high = np.percentile(diff[picks].mean(axis=1), [2.5, 97.5])
+        interval, zero_in = rounded_interval(*np.percentile(diff[picks].mean(axis=1), [2.5, 97.5]))
         out[name] = {
             "diff": float(diff.mean()),
-            "ci95": [float(low), float(high)],
-            "zero_in_ci95": bool(low <= 0.0 <= high),
+            "ci95": interval,
+            "zero_in_ci95": zero_in,
             "questions_a_better": int((diff > 0).sum()),
             "questions_b_better": int((diff < 0).sum()),
         }

@@ -37,7 +37,15 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_utils import RESULTS_DIR, format_table, machine_info, minilm_path, now_iso, write_json  # noqa: E402
+from bench_utils import (  # noqa: E402
+    RESULTS_DIR,
+    format_table,
+    machine_info,
+    minilm_path,
+    now_iso,
+    paired_bootstrap_metrics,
+    write_json,
+)
 
 logger = logging.getLogger("bench_wikiqa_quality")
 SYSTEMS = ("as2hub_pairwise", "as2hub_contextual", "peer")
@@ -123,22 +131,7 @@ def per_question(question_ids, scores, labels) -> dict:
 
 def paired_bootstrap(a: dict, b: dict, resamples: int, seed: int) -> dict:
     """a - b per metric, with a 95% percentile interval from resampling questions (paired)."""
-    questions = sorted(set(a) & set(b))
-    rng = np.random.default_rng(seed)
-    picks = rng.integers(0, len(questions), size=(resamples, len(questions)))
-    out = {"num_questions": len(questions), "resamples": resamples}
-    for name in METRICS:
-        diff = np.array([a[q][name] - b[q][name] for q in questions])
-        means = diff[picks].mean(axis=1)
-        low, high = np.percentile(means, [2.5, 97.5])
-        out[name] = {
-            "diff": float(diff.mean()),
-            "ci95": [float(low), float(high)],
-            "zero_in_ci95": bool(low <= 0.0 <= high),
-            "questions_a_better": int((diff > 0).sum()),
-            "questions_b_better": int((diff < 0).sum()),
-        }
-    return out
+    return paired_bootstrap_metrics(a, b, METRICS, resamples=resamples, seed=seed)
 
 
 def bootstrap_stderr(per_q: dict, resamples: int, seed: int) -> dict:
