@@ -35,7 +35,7 @@ extra), saying why and what to install or run.
     >>> auto_order(CpuFeatures("AMD EPYC", frozenset({"avx2", "fma"})), cuda=False)
     ('onnx-int8', 'onnx', 'torch')
     >>> auto_order(CpuFeatures("Intel Xeon", frozenset({"avx512f", "avx512_vnni", "avx512_bf16", "amx_bf16"})), cuda=False)
-    ('torch-bf16', 'onnx-int8', 'onnx', 'torch')
+    ('onnx-int8', 'onnx', 'torch')
 """
 
 from __future__ import annotations
@@ -163,24 +163,21 @@ def auto_order(
 ) -> tuple[str, ...]:
     """The backends ``auto`` tries, fastest first, for a machine.
 
-    GPU: bf16 where the GPU computes it natively (``cuda_bf16``; default :func:`cuda_bf16_native`), else fp16. CPU: int8 (ONNX Runtime, whose kernels use VNNI / AMX where present)
-    ahead of fp32; with AMX-BF16, torch bf16 first (on such a Xeon, CrossEncoder's bf16 already out-ran ONNX Runtime's
-    dynamic int8: issue 23's table), with AVX512-BF16 alone (no AMX) after int8. The CPU order on AVX2 is measured
-    (``modeling/BACKENDS.md``); the bf16 places are to be measured on a machine that has the hardware.
+    GPU: bf16 where the GPU computes it natively (``cuda_bf16``; default :func:`cuda_bf16_native`), else fp16.
+
+    CPU: only backends whose scores do not depend on the batch (a request's scores must not move with the traffic it
+    is batched with): int8 with per-token activation scales (ONNX Runtime, whose kernels use VNNI / AMX where
+    present), then fp32 ONNX, then torch fp32. ``torch-bf16`` is never picked: it was faster than int8 on an AMX Xeon
+    (1.3-1.5x, 2026-11-26, ``modeling/BACKENDS.md``) but its scores move with the batch (bf16 rounds every partial sum,
+    and padding changes the reductions); ask for it by name where that trade is wanted.
     """
-    cpu = cpu or cpu_features()
+    del cpu  # the CPU order is the same on every flag set since 2026-11-26 (kept: callers pass it)
     cuda = cuda_available() if cuda is None else cuda
     order: list[str] = []
     if cuda:
         cuda_bf16 = cuda_bf16_native() if cuda_bf16 is None else cuda_bf16
         order += ["cuda-bf16", "cuda-fp16"] if cuda_bf16 else ["cuda-fp16"]
-    if "amx_bf16" in cpu.flags:
-        order += ["torch-bf16", "onnx-int8"]
-    elif cpu.bf16_hardware:
-        order += ["onnx-int8", "torch-bf16"]
-    else:
-        order += ["onnx-int8"]
-    order += ["onnx", "torch"]
+    order += ["onnx-int8", "onnx", "torch"]
     return tuple(order)
 
 

@@ -64,10 +64,11 @@ def test_cpuinfo_is_parsed_and_this_machine_is_described():
 
 
 def test_auto_order_per_machine():
+    # on every CPU only batch-invariant backends, int8 first; bf16 (faster on AMX, not batch-invariant) only by name
     assert auto_order(AVX2, cuda=False) == ("onnx-int8", "onnx", "torch")
     assert auto_order(VNNI, cuda=False) == ("onnx-int8", "onnx", "torch")
-    assert auto_order(ZEN4, cuda=False) == ("onnx-int8", "torch-bf16", "onnx", "torch")
-    assert auto_order(AMX, cuda=False) == ("torch-bf16", "onnx-int8", "onnx", "torch")
+    assert auto_order(ZEN4, cuda=False) == ("onnx-int8", "onnx", "torch")
+    assert auto_order(AMX, cuda=False) == ("onnx-int8", "onnx", "torch")
     assert auto_order(AVX2, cuda=True, cuda_bf16=True)[:2] == ("cuda-bf16", "cuda-fp16")
     # a T4 / V100 only emulates bf16: auto never picks it there
     assert auto_order(AVX2, cuda=True, cuda_bf16=False)[:2] == ("cuda-fp16", "onnx-int8")
@@ -196,15 +197,18 @@ def test_auto_picks_int8_on_this_cpu_and_says_why(stock_checkpoint, tmp_path, ca
 
 
 @needs_onnx
-def test_auto_on_an_amx_machine_picks_bf16(stock_checkpoint, tmp_path, caplog, monkeypatch):
+def test_auto_on_an_amx_machine_picks_the_batch_invariant_int8_not_bf16(
+    stock_checkpoint, tmp_path, caplog, monkeypatch
+):
     folder = spread_tiny_ranker(stock_checkpoint, tmp_path, "electra", False)
     monkeypatch.setattr(backends, "cpu_features", lambda: AMX)
     monkeypatch.setattr(backends, "cuda_available", lambda: False)
     with caplog.at_level(logging.INFO, logger="as2hub.backends"):
         ranker = Ranker.from_pretrained(folder, backend="auto")
-    assert ranker.backend == "torch-bf16"
+    assert ranker.backend == "onnx-int8"
     (line,) = auto_lines(caplog)
-    assert "picked 'torch-bf16'" in line and "amx_bf16" in line
+    assert "picked 'onnx-int8'" in line and "amx_bf16" in line and "first choice" in line
+    assert Ranker.from_pretrained(folder, backend="torch-bf16").backend == "torch-bf16"  # bf16 by name
 
 
 def test_auto_falls_back_to_torch_without_a_graph_or_without_the_extra(stock_checkpoint, tmp_path, caplog, monkeypatch):
@@ -231,8 +235,8 @@ def test_auto_falls_back_to_torch_without_a_graph_or_without_the_extra(stock_che
 CASCADE_PICKS = {  # machine -> (pairwise stage, joint stage, the joint stage skipped the stale graphs)
     "AVX2": ("onnx-int8", "torch", True),  # joint: onnx-int8 and onnx skipped (stale), then torch
     "VNNI": ("onnx-int8", "torch", True),
-    "ZEN4": ("onnx-int8", "torch-bf16", True),  # avx512_bf16 without AMX: the joint stage falls to torch-bf16
-    "AMX": ("torch-bf16", "torch-bf16", False),  # bf16 comes before int8: the graphs are never tried
+    "ZEN4": ("onnx-int8", "torch", True),  # avx512_bf16 without AMX: never bf16 (not batch-invariant)
+    "AMX": ("onnx-int8", "torch", True),  # AMX: the same, though bf16 is faster there
 }
 
 
