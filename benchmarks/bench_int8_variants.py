@@ -7,9 +7,12 @@ end to end from texts with as2hub's ``Ranker`` (length-sorted batches, first-tok
 fp32 with a 95% paired-bootstrap interval over questions, and the mean and largest |score change|:
 
 - ``fp32``: the exported graph (``onnx/model.onnx``) on ONNX Runtime: the reference;
-- ``as2hub int8 (shipped)``: ``onnx/model_qint8_dynamic.onnx`` (dynamic, per-channel weights, the attention and
-  feed-forward output projections fp32);
-- ``ORT dynamic, every MatMul int8``: the same quantization without the two fp32 projections;
+- ``as2hub int8 (shipped)``: ``onnx/model_qint8_dynamic.onnx`` (dynamic, per-channel weights, every weight MatMul
+  int8, one activation scale per token: batch-invariant scores; since 2026-11-26);
+- ``as2hub int8 until 2026-11-25``: ONNX Runtime's dynamic quantization (one activation scale per batch) with the
+  attention and feed-forward output projections kept fp32;
+- ``ORT dynamic, every MatMul int8``: ONNX Runtime's dynamic quantization of every weight MatMul (one activation scale
+  per batch);
 - ``ORT static QDQ`` / ``ORT static QOperator``: ``quantize_static`` (MinMax) calibrated on ``--calibration_pairs``
   WikiQA *train* pairs;
 - ``ORT MatMulNBits 8-bit`` / ``4-bit``: weight-only blockwise quantization with int8 compute (``accuracy_level=4``:
@@ -62,6 +65,7 @@ REFERENCE = "fp32"
 ROUTES = {
     "fp32": REFERENCE,
     "shipped": SHIPPED,
+    "previous": "as2hub int8 until 2026-11-25 (per batch, 2 fp32 projections)",
     "dynamic_all": "ORT dynamic, every MatMul int8",
     "static_qdq": "ORT static QDQ",
     "static_qoperator": "ORT static QOperator",
@@ -154,12 +158,26 @@ def build_graphs(
         quantize_dynamic,
         quantize_static,
     )
-    from onnxruntime.quantization.matmul_nbits_quantizer import DefaultWeightOnlyQuantConfig, MatMulNBitsQuantizer
 
     fp32 = folder / "onnx" / "model.onnx"
     graphs = {REFERENCE: ("ort", fp32), SHIPPED: ("ort", folder / "onnx" / "model_qint8_dynamic.onnx")}
     left_out = {}
     work.mkdir(parents=True, exist_ok=True)
+
+    if "previous" in routes:
+        target = work / "previous.onnx"
+        weights = {initializer.name for initializer in onnx.load(str(fp32), load_external_data=False).graph.initializer}
+        keep_fp32 = [  # the attention and feed-forward output projections (first-token last layer: dense_1)
+            node.name
+            for node in onnx.load(str(fp32), load_external_data=False).graph.node
+            if node.op_type == "MatMul"
+            and node.name.endswith(("/output/dense/MatMul", "/output/dense_1/MatMul"))
+            and node.input[1] in weights
+        ]
+        quantize_dynamic(
+            str(fp32), str(target), weight_type=QuantType.QInt8, per_channel=True, nodes_to_exclude=keep_fp32
+        )
+        graphs[ROUTES["previous"]] = ("ort", target)
 
     if "dynamic_all" in routes:
         target = work / "dynamic_all.onnx"
@@ -192,6 +210,8 @@ def build_graphs(
     for bits, block in ((8, 128), (4, 32)):
         if f"nbits{bits}" not in routes:
             continue
+        from onnxruntime.quantization.matmul_nbits_quantizer import DefaultWeightOnlyQuantConfig, MatMulNBitsQuantizer
+
         target = work / f"matmulnbits_{bits}.onnx"
         config = DefaultWeightOnlyQuantConfig(
             block_size=block, is_symmetric=True, accuracy_level=4, bits=bits, op_types_to_quantize=("MatMul",)
