@@ -7,13 +7,7 @@
 A saved model does not need as2hub: ``from_pretrained(folder, trust_remote_code=True)`` runs the code saved with it.
 """
 
-from transformers import (
-    AutoConfig,
-    AutoModel,
-    AutoModelForPreTraining,
-    AutoModelForQuestionAnswering,
-    AutoModelForSequenceClassification,
-)
+from transformers import AutoModel, AutoModelForPreTraining, AutoModelForSequenceClassification
 
 from .contextual_as2 import (
     BertForContextualAS2,
@@ -23,8 +17,16 @@ from .contextual_as2 import (
     ElectraForContextualAS2,
     RobertaForContextualAS2,
 )
-from .joint_multicandidate import JOINT_BACKBONES, JointMultiCandidateModel
+from .joint_multicandidate import JointMultiCandidateModel
 from .longformer_qe import LongformerQEConfig, LongformerQEOutput, LongformerWithQEContrastive
+from .registry import (
+    CONTEXTUAL_AS2,
+    FAMILIES,
+    JOINT_MULTICANDIDATE,
+    SSP_PRETRAINING,
+    backbone_of,
+    family_of,
+)
 from .ssp_pretraining import (
     BertForSSPPretraining,
     ElectraForSSPPretraining,
@@ -35,54 +37,19 @@ from .ssp_pretraining import (
     SSPRobertaConfig,
 )
 
-CONTEXTUAL_MODELS = {
-    # backbone model_type -> (config class, model class)
-    "roberta": (ContextualRobertaConfig, RobertaForContextualAS2),
-    "electra": (ContextualElectraConfig, ElectraForContextualAS2),
-    "bert": (ContextualBertConfig, BertForContextualAS2),
-}
-
-
-def backbone_of(model_type: str) -> str:
-    """``contextual_roberta`` / ``ssp_roberta`` / ``roberta`` -> ``roberta``: which family a checkpoint belongs to."""
-    for prefix in ("contextual_", "ssp_", "joint_"):
-        model_type = model_type.removeprefix(prefix)
-    return model_type
-
-
-def _register(config_class, model_class, auto_model_classes=(AutoModel, AutoModelForSequenceClassification)):
-    AutoConfig.register(config_class.model_type, config_class, exist_ok=True)
-    for auto_class in auto_model_classes:
-        auto_class.register(config_class, model_class, exist_ok=True)
-
-
-SSP_MODELS = {
-    "roberta": (SSPRobertaConfig, RobertaForSSPPretraining),
-    "electra": (SSPElectraConfig, ElectraForSSPPretraining),
-    "bert": (SSPBertConfig, BertForSSPPretraining),
-}
-
-for _config_class, _model_class in CONTEXTUAL_MODELS.values():
-    _register(_config_class, _model_class)
-for _config_class, _model_class in SSP_MODELS.values():
-    _register(_config_class, _model_class, (AutoModel, AutoModelForPreTraining))
-_register(LongformerQEConfig, LongformerWithQEContrastive, (AutoModel, AutoModelForQuestionAnswering))
-
-# Joint multi-candidate models (Di Liello et al., NAACL 2022): backbone -> (config class, model class). AutoModel gives
-# the fine-tuning class; AutoModelForPreTraining the MLM + MSPP class (JOINT_PRETRAINING_MODELS). No task Auto class:
-# ``*_k`` heads give one logit per candidate slot of one sequence, which is neither sequence classification nor
-# multiple choice, and stock pipelines cannot build the slot layout; the folder ships its own pipeline instead.
-JOINT_MODELS = {backbone: (config, model) for backbone, (config, model, _) in JOINT_BACKBONES.items()}
-JOINT_PRETRAINING_MODELS = {backbone: (config, model) for backbone, (config, _, model) in JOINT_BACKBONES.items()}
-for _config_class, _model_class in JOINT_MODELS.values():
-    _register(_config_class, _model_class, (AutoModel,))
-for _config_class, _model_class in JOINT_PRETRAINING_MODELS.values():
-    _register(_config_class, _model_class, (AutoModelForPreTraining,))
+# The run scripts' lookups, read from the family registry (registry.py registers every family with the Auto classes):
+# backbone -> (config class, model class).
+CONTEXTUAL_MODELS = CONTEXTUAL_AS2.classes(AutoModelForSequenceClassification)
+SSP_MODELS = SSP_PRETRAINING.classes(AutoModelForPreTraining)
+JOINT_MODELS = JOINT_MULTICANDIDATE.classes(AutoModel)
+JOINT_PRETRAINING_MODELS = JOINT_MULTICANDIDATE.classes(AutoModelForPreTraining)
 
 __all__ = [
     "BertForContextualAS2",
     "BertForSSPPretraining",
     "CONTEXTUAL_MODELS",
+    "FAMILIES",
+    "family_of",
     "ElectraForSSPPretraining",
     "LongformerQEConfig",
     "LongformerQEOutput",

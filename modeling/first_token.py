@@ -24,8 +24,10 @@ import functools
 
 import torch
 
-# Heads that read only the first token of the last hidden state.
-FIRST_TOKEN_MODEL_TYPES = frozenset({"contextual_roberta", "contextual_electra", "contextual_bert"})
+from as2hub.modeling.registry import model_types
+
+# Heads that read only the first token of the last hidden state: the families registered with ``first_token=True``.
+FIRST_TOKEN_MODEL_TYPES = frozenset(model_types(first_token=True))
 
 
 def last_bert_layer(model):

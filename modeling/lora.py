@@ -12,20 +12,9 @@ from __future__ import annotations
 
 import logging
 
+from as2hub.modeling.registry import family_of, fully_trained_modules
+
 logger = logging.getLogger("as2hub")
-
-# Cross-encoders (contextual and pairwise) and joint models: the head and the grown token-type rows.
-DEFAULT_FULLY_TRAINED = ("classifier", "token_type_embeddings")
-# Per model type, where the family's new modules are named otherwise.
-FULLY_TRAINED = {
-    # Longformer QE: the answer / type / sentence / paragraph heads, the QE projections and the new marker embeddings.
-    "longformer_qe": ("qa_outputs", "answer_type_head", "sentence_head", "paragraph_head", "qe", "word_embeddings"),
-}
-
-
-def fully_trained_modules(model) -> list[str]:
-    """The modules of ``model``'s family trained fully beside the adapters."""
-    return list(FULLY_TRAINED.get(getattr(model.config, "model_type", None), DEFAULT_FULLY_TRAINED))
 
 
 def add_lora(
@@ -33,12 +22,16 @@ def add_lora(
     r: int = 8,
     alpha: int = 16,
     dropout: float = 0.1,
-    target_modules=("query", "value"),
+    target_modules=None,
     modules_to_save=None,
 ):
-    """``model`` wrapped in LoRA adapters (a PEFT model); ``modules_to_save`` defaults to the family's new modules."""
+    """``model`` wrapped in LoRA adapters (a PEFT model); ``modules_to_save`` defaults to the family's new modules
+    (``Family.lora_fully_trained`` in :mod:`~as2hub.modeling.registry`)."""
     from peft import LoraConfig, get_peft_model
 
+    if target_modules is None:  # the family's (registry.Family.lora_target_modules), BERT's names for a stock model
+        family = family_of(getattr(model.config, "model_type", None))
+        target_modules = family.lora_target_modules if family is not None else ("query", "value")
     lora = LoraConfig(
         r=r,
         lora_alpha=alpha,

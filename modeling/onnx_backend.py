@@ -42,7 +42,7 @@ graph over the fixed ``(k+1)·L`` slot layout (dynamic batch axis only), ``logit
 heads; the slot token types are an explicit input, the positions (and, with ``first_token_attention="own_slot"``,
 the slot attention mask) are computed inside the graph. Rank with
 ``JointRanker.from_pretrained(path, backend="onnx", quantize="int8")``. Another input layout is one entry in
-:data:`EXPORT_SPECS`: how to build dummy batches, which axes are dynamic and which Auto class loads the model;
+:data:`EXPORT_LAYOUTS` (named by the family's ``onnx_export`` in :mod:`~as2hub.modeling.registry`): how to build dummy batches, which axes are dynamic and which Auto class loads the model;
 export, quantization, metadata, verification and the session wrapper do not depend on the layout.
 """
 
@@ -63,6 +63,7 @@ from transformers import AutoConfig, AutoModel, AutoModelForSequenceClassificati
 
 from as2hub.modeling.files import write_json_atomic
 from as2hub.modeling.first_token import first_token_last_layer
+from as2hub.modeling.registry import EXPORT_LAYOUT_NAMES, FAMILIES, model_types
 from as2hub.modeling.scores import JOINT_MODEL_TYPES, probability_of_correct
 from as2hub.modeling.segment_layout import SegmentLayout, pad_batch
 
@@ -75,7 +76,7 @@ QUANTIZE_CHOICES = tuple(key for key in GRAPH_FILES if key)
 DEFAULT_OPSET = 17
 EXPORT_ATOL = 1e-4  # the ONNX fp32 graph must give the torch scores (probabilities) within this (issue #13)
 INSTALL_HINT = 'pip install "as2hub[onnx]"  (onnxruntime and onnx)'
-AS2HUB_MODEL_TYPES = ("contextual_roberta", "contextual_electra", "contextual_bert")
+AS2HUB_MODEL_TYPES = model_types(onnx_export="cross_encoder")
 WEIGHTS_KEY = "as2hub.weights_sha256"
 CONFIG_KEY = "as2hub.config"
 
@@ -250,10 +251,16 @@ JOINT_SPEC = ExportSpec(
     auto_class=AutoModel,
 )
 
-# model_type -> how to export it.
+# A family's ``onnx_export`` (registry.Family.onnx_export) -> how to export it.
+EXPORT_LAYOUTS: dict[str, ExportSpec] = {"cross_encoder": CROSS_ENCODER_SPEC, "joint": JOINT_SPEC}
+if set(EXPORT_LAYOUTS) != set(EXPORT_LAYOUT_NAMES):
+    raise ImportError(f"onnx_backend.EXPORT_LAYOUTS {sorted(EXPORT_LAYOUTS)} differ from registry.EXPORT_LAYOUT_NAMES")
+# model_type -> how to export it, for every registered family that is exported.
 EXPORT_SPECS: dict[str, ExportSpec] = {
-    **dict.fromkeys(AS2HUB_MODEL_TYPES, CROSS_ENCODER_SPEC),
-    **dict.fromkeys(JOINT_MODEL_TYPES, JOINT_SPEC),
+    model_type: EXPORT_LAYOUTS[family.onnx_export]
+    for family in FAMILIES.values()
+    if family.onnx_export is not None
+    for model_type in family.model_types
 }
 
 

@@ -26,6 +26,7 @@ from transformers import TrainingArguments
 
 from as2hub.modeling.loading import transformers_quiet
 from as2hub.modeling.lora import add_lora
+from as2hub.modeling.registry import CONTEXTUAL_AS2, position_offset
 
 logger = logging.getLogger("as2hub")
 
@@ -211,21 +212,14 @@ def remove_stale_checkpoints(checkpoints: list[Path], training_args=None) -> Non
         shutil.rmtree(path, ignore_errors=True)
 
 
-ROBERTA_LIKE = ("roberta", "xlm-roberta", "camembert", "longformer", "longformer_qe")
-
-
 def usable_positions(config) -> int | None:
     """Tokens one input can hold: ``max_position_embeddings``, less RoBERTa's pad offset (its positions start at
-    ``pad_token_id + 1``: 514 -> 512). ``None`` when the config has no absolute position table."""
-    from as2hub.modeling import backbone_of
-
+    ``pad_token_id + 1``: 514 -> 512; ``registry.position_offset``). ``None`` when the config has no absolute
+    position table."""
     positions = getattr(config, "max_position_embeddings", None)
     if not isinstance(positions, int) or getattr(config, "position_embedding_type", "absolute") != "absolute":
         return None
-    if backbone_of(getattr(config, "model_type", "") or "") in ROBERTA_LIKE:
-        pad = getattr(config, "pad_token_id", None)
-        positions -= (pad if pad is not None else 1) + 1
-    return positions
+    return positions - position_offset(config)
 
 
 def load_config(source: str, flag: str = "--model_name_or_path"):
@@ -329,7 +323,7 @@ class LoraArguments:
     """``--use_lora`` and its settings; a script's ``ModelArguments`` inherits them and calls :meth:`add_lora`.
 
     The modules trained fully beside the adapters (the new heads, grown embeddings) are the family's
-    (``as2hub.modeling.lora.FULLY_TRAINED``)."""
+    (``Family.lora_fully_trained`` in ``as2hub.modeling.registry``)."""
 
     use_lora: bool = dataclasses.field(
         default=False, metadata={"help": "Fine-tune LoRA adapters (PEFT) instead of all weights."}
@@ -338,7 +332,7 @@ class LoraArguments:
     lora_alpha: int = 16
     lora_dropout: float = 0.1
     lora_target_modules: str = dataclasses.field(
-        default="query,value", metadata={"help": "Comma-separated module names."}
+        default=",".join(CONTEXTUAL_AS2.lora_target_modules), metadata={"help": "Comma-separated module names."}
     )
 
     def add_lora(self, model):

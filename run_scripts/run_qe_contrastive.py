@@ -55,6 +55,7 @@ from as2hub.hub_cards.run_outputs import save_hub_folder
 from as2hub.metrics.hotpotqa import best_spans, hotpotqa_evaluate, qe_map, select_supporting_facts
 from as2hub.modeling import LongformerQEConfig, LongformerWithQEContrastive
 from as2hub.modeling.files import write_json_atomic, write_text_atomic
+from as2hub.modeling.registry import LONGFORMER_QE
 from as2hub.run_scripts.arguments import (
     ArgumentError,
     CPUFriendlyArguments,
@@ -136,7 +137,7 @@ class ModelArguments(LoraArguments):
     tokenizer_vocab_size: int = field(default=4000, metadata={"help": "Vocab of a tokenizer trained from scratch."})
     # Longformer: the global-attention projections get adapters too.
     lora_target_modules: str = field(
-        default="query,value,query_global,value_global", metadata={"help": "Comma-separated module names."}
+        default=",".join(LONGFORMER_QE.lora_target_modules), metadata={"help": "Comma-separated module names."}
     )
 
 

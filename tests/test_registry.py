@@ -1,0 +1,106 @@
+"""The family registry: every family's facts are declared once, checked on registration, and the library's tables
+(first token, ONNX export, scores, LoRA, positions, the run scripts' class lookups) are read from it."""
+
+import dataclasses
+
+import pytest
+from transformers import AutoConfig, AutoModel, AutoModelForSequenceClassification
+
+from as2hub.modeling import CONTEXTUAL_MODELS, JOINT_MODELS, JOINT_PRETRAINING_MODELS, SSP_MODELS, registry
+from as2hub.modeling.first_token import FIRST_TOKEN_MODEL_TYPES
+from as2hub.modeling.onnx_backend import EXPORT_LAYOUTS, EXPORT_SPECS
+from as2hub.modeling.registry import FAMILIES, Family, check_family, family_of, model_types, position_offset
+from as2hub.modeling.scores import JOINT_MODEL_TYPES, SCORE_RULES
+from as2hub.run_scripts.arguments import usable_positions
+
+
+def test_the_four_families_are_registered_with_their_model_types():
+    assert set(FAMILIES) == {"contextual_as2", "ssp_pretraining", "joint_multicandidate", "longformer_qe"}
+    types = [t for family in FAMILIES.values() for t in family.model_types]
+    assert len(types) == len(set(types))
+    for family in FAMILIES.values():
+        check_family(family)
+        for model_type in family.model_types:
+            assert family_of(model_type) is family
+            assert AutoConfig.for_model(model_type).model_type == model_type
+    assert family_of("bert") is None
+
+
+def test_the_library_tables_are_read_from_the_registry():
+    assert FIRST_TOKEN_MODEL_TYPES == {"contextual_roberta", "contextual_electra", "contextual_bert"}
+    assert set(JOINT_MODEL_TYPES) == {"joint_roberta", "joint_electra", "joint_bert"}
+    assert set(EXPORT_SPECS) == set(model_types(onnx_export="cross_encoder")) | set(model_types(onnx_export="joint"))
+    assert {EXPORT_SPECS[t] is EXPORT_LAYOUTS[family_of(t).onnx_export] for t in EXPORT_SPECS} == {True}
+    assert set(SCORE_RULES) == set(registry.SCORE_RULE_NAMES)
+    assert set(EXPORT_LAYOUTS) == set(registry.EXPORT_LAYOUT_NAMES)
+    assert CONTEXTUAL_MODELS["bert"] == (
+        registry.CONTEXTUAL_AS2.configs["bert"],
+        registry.CONTEXTUAL_AS2.model_class("bert", AutoModelForSequenceClassification),
+    )
+    assert set(SSP_MODELS) == set(JOINT_MODELS) == set(JOINT_PRETRAINING_MODELS) == {"roberta", "electra", "bert"}
+    assert JOINT_MODELS["roberta"][1] is not JOINT_PRETRAINING_MODELS["roberta"][1]
+
+
+def test_position_offset_and_usable_positions():
+    roberta = AutoConfig.for_model("roberta", max_position_embeddings=514, pad_token_id=1)
+    assert position_offset(roberta) == 2 and usable_positions(roberta) == 512
+    assert position_offset(AutoConfig.for_model("bert")) == 0
+    assert usable_positions(AutoConfig.for_model("bert", max_position_embeddings=512)) == 512
+    contextual = AutoConfig.for_model("contextual_roberta", pad_token_id=1)
+    assert position_offset(contextual) == 2
+    assert position_offset(AutoConfig.for_model("contextual_bert")) == 0
+    qe = AutoConfig.for_model("longformer_qe", pad_token_id=1, max_position_embeddings=4098)
+    assert position_offset(qe) == 2 and usable_positions(qe) == 4096
+    assert AutoConfig.for_model("joint_roberta", pad_token_id=1).position_offset == position_offset(
+        AutoConfig.for_model("joint_roberta", pad_token_id=1)
+    )
+
+
+def test_lora_facts_come_from_the_family():
+    class Model:
+        def __init__(self, model_type):
+            self.config = type("Config", (), {"model_type": model_type})()
+
+    assert registry.fully_trained_modules(Model("contextual_bert")) == ["classifier", "token_type_embeddings"]
+    assert "qe" in registry.fully_trained_modules(Model("longformer_qe"))
+    assert registry.fully_trained_modules(Model("bert")) == list(registry.DEFAULT_FULLY_TRAINED)
+    assert "query_global" in registry.LONGFORMER_QE.lora_target_modules
+
+
+def _facts(**changes):
+    family = registry.CONTEXTUAL_AS2
+    facts = {field.name: getattr(family, field.name) for field in dataclasses.fields(Family)}
+    return {**facts, "name": "planted", **changes}
+
+
+@pytest.mark.parametrize("fact", [field.name for field in dataclasses.fields(Family)])
+def test_a_family_declared_without_a_fact_fails_at_declaration(fact):
+    facts = _facts()
+    del facts[fact]
+    with pytest.raises(TypeError, match=fact):
+        Family(**facts)
+
+
+@pytest.mark.parametrize(
+    "changes, message",
+    [
+        ({"lora_fully_trained": ()}, "lora_fully_trained"),
+        ({"lora_target_modules": ()}, "lora_target_modules"),
+        ({"onnx_export": "tflite"}, "onnx_export 'tflite'"),
+        ({"score": "margin"}, "score 'margin'"),
+        ({"score": None}, "onnx_export without a score rule"),
+        ({"positions_after_padding": frozenset({"gpt2"})}, "positions_after_padding: gpt2"),
+        ({"configs": {}}, "configs: no backbone"),
+        ({"auto_models": {AutoModel: {"roberta": object}}}, r"auto_models\[AutoModel\]: no model class for bert"),
+    ],
+)
+def test_a_family_with_a_wrong_or_empty_fact_is_refused_naming_it(changes, message):
+    with pytest.raises(ValueError, match=message):
+        registry.register_family(Family(**_facts(**changes)))
+    assert "planted" not in FAMILIES
+
+
+def test_a_model_type_cannot_belong_to_two_families():
+    with pytest.raises(ValueError, match="already registered"):
+        registry.register_family(Family(**_facts()))
+    assert "planted" not in FAMILIES
