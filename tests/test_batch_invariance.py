@@ -63,25 +63,6 @@ def test_a_pairs_score_is_the_same_alone_in_a_batch_of_8_and_of_64(
 
 
 @pytest.mark.skipif(not HAS_ONNX, reason='the onnx extra is not installed: pip install "as2hub[onnx]"')
-def test_the_int8_graph_has_per_token_scales_and_every_weight_matmul_int8(stock_checkpoint, tmp_path):
-    import onnx
-
-    folder = spread_tiny_ranker(stock_checkpoint, tmp_path, "bert", True, std=0.2)
-    graph = onnx.load(str(folder / "onnx" / "model_qint8_dynamic.onnx")).graph
-    weights = {initializer.name for initializer in graph.initializer}
-    operators = [node.op_type for node in graph.node]
-    assert "DynamicQuantizeLinear" not in operators  # one scale per tensor (per batch) is gone
-    assert operators.count("QuantizeLinear") >= 2 * 2  # per-token quantization, at least twice a layer (2 layers)
-    fp32_weight_matmuls = [n.name for n in graph.node if n.op_type == "MatMul" and n.input[1] in weights]
-    assert fp32_weight_matmuls == []
-    # 2 layers x (Q, K, V, attention output, feed-forward in and out) + the head's dense and out_proj
-    assert operators.count("MatMulIntegerToFloat") == 2 * 6 + 2
-    # every per-token scale is taken over the hidden axis alone
-    reduces = [n for n in graph.node if n.op_type == "ReduceMax" and n.name.endswith("_per_token/ReduceMax")]
-    assert reduces and all(list(next(a for a in n.attribute if a.name == "axes").ints) == [-1] for n in reduces)
-
-
-@pytest.mark.skipif(not HAS_ONNX, reason='the onnx extra is not installed: pip install "as2hub[onnx]"')
 @pytest.mark.parametrize("backend", ["torch", "onnx", "onnx-int8"])
 def test_a_joint_groups_scores_are_the_same_alone_and_batched_with_other_questions(stock_checkpoint, tmp_path, backend):
     model, tokenizer = saved_joint(stock_checkpoint, tmp_path, "bert", "AE_k")

@@ -16,7 +16,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import torch
-from helpers import spread
+from helpers import HAS_ONNX, spread
 from transformers import AutoTokenizer
 
 from as2hub.modeling import CONTEXTUAL_MODELS
@@ -317,3 +317,23 @@ def test_kept_columns_that_would_overwrite_the_outputs_own_are_refused(model_dir
     with pytest.raises(score_script.ArgumentError, match=f"--keep_columns {column}: the output has its own"):
         score_files(str(model_dir), [path], tmp_path / "out", engine="datasets", **options)
     assert not list((tmp_path / "out").glob("part-*"))
+
+
+@pytest.mark.skipif(not HAS_ONNX, reason='the onnx extra is not installed: pip install "as2hub[onnx]"')
+def test_int8_scores_do_not_depend_on_batch_size_or_shard_boundaries(model_dir, inputs, tmp_path):
+    """Issue 30: with the per-token int8 graph, --batch_size and --rows_per_shard do not change a single score."""
+    import shutil
+
+    from as2hub.modeling.onnx_backend import export_onnx
+
+    model = Path(shutil.copytree(model_dir, tmp_path / "model"))
+    export_onnx(model, quantize="int8")
+    runs = {}
+    for batch_size, rows_per_shard in ((1, 64), (8, 37), (64, 100)):
+        folder = tmp_path / f"b{batch_size}"
+        options = dict(OPTIONS, batch_size=batch_size, backend="onnx-int8")
+        score_files(str(model), inputs[0], folder, engine="datasets", rows_per_shard=rows_per_shard, **options)
+        runs[batch_size] = torch.tensor(read_output(folder).column("score").to_pylist())
+    assert runs[1].max() - runs[1].min() > 0.5  # the scores spread, so a shuffled row would show
+    assert (runs[8] - runs[1]).abs().max().item() <= 1e-6
+    assert (runs[64] - runs[1]).abs().max().item() <= 1e-6
