@@ -110,7 +110,7 @@ def _joint_features(objective: Objective, keep_provenance: bool) -> datasets.Fea
 
 
 def generate_pretraining_batch(
-    objective: str,
+    objective: str | Objective,
     documents: Sequence[Document],
     *,
     seed: int,
@@ -135,7 +135,7 @@ def _map_document_batch(
     batch: dict[str, list],
     indices: list[int],
     *,
-    objective: str,
+    objective: Objective,
     seed: int,
     documents_per_batch: int,
     documents: datasets.Dataset,
@@ -285,7 +285,7 @@ def generate_pretraining_dataset(
 
     Returns the examples as a :class:`datasets.Dataset` (columns: :func:`example_features`).
     """
-    objective = resolve_objective(objective).name  # resolved once; its canonical name travels to the workers
+    objective = resolve_objective(objective)  # resolved once: the Objective (names only) travels to the workers
     if documents_per_batch < 1:
         raise ValueError("documents_per_batch must be >= 1")
     if output_format not in ("arrow", "parquet"):
@@ -310,7 +310,7 @@ def generate_pretraining_dataset(
         "as2hub-structure-examples",
         _code_fingerprint(),
         documents._fingerprint,
-        objective,
+        objective.name,
         seed,
         documents_per_batch,
         keep_provenance,
@@ -328,9 +328,9 @@ def generate_pretraining_dataset(
         features=features,
         fn_kwargs=fn_kwargs,
         new_fingerprint=f"{fingerprint:016x}",
-        desc=f"generating {objective} examples",
+        desc=f"generating {objective.name} examples",
     )
-    _log_summary(result, documents, objective, num_negatives)
+    _log_summary(result, documents, objective.name, num_negatives)
     if output_dir is not None:
         _save(result, Path(output_dir), output_format, num_shards, num_proc)
     return result
@@ -424,7 +424,7 @@ class StructurePretrainingIterableDataset(torch.utils.data.IterableDataset):
     def __init__(
         self,
         documents: datasets.Dataset | Sequence[Document] | Iterable[Any],
-        objective: str,
+        objective: str | Objective,
         *,
         seed: int = 0,
         documents_per_batch: int = 16,
@@ -440,7 +440,7 @@ class StructurePretrainingIterableDataset(torch.utils.data.IterableDataset):
         track_positions: bool = False,
     ) -> None:
         super().__init__()
-        objective = resolve_objective(objective).name  # resolved once; its canonical name travels to the workers
+        objective = resolve_objective(objective)  # resolved once: the Objective (names only) travels to the workers
         if documents_per_batch < 1:
             raise ValueError("documents_per_batch must be >= 1")
         if (rank is None) != (world_size is None):
@@ -616,7 +616,7 @@ class StructurePretrainingIterableDataset(torch.utils.data.IterableDataset):
             else:
                 yield from examples
         logger.debug(
-            "%s epoch %d consumer %d/%d: %s", self.objective, self.epoch, consumer_id, num_consumers, dict(stats)
+            "%s epoch %d consumer %d/%d: %s", self.objective.name, self.epoch, consumer_id, num_consumers, dict(stats)
         )
 
 

@@ -55,6 +55,10 @@ from typing import Any
 __all__ = [
     "BASE_OBJECTIVES",
     "IGNORE_LABEL",
+    "OBJECTIVE_DEFINITIONS",
+    "ObjectiveDefinition",
+    "register_objective",
+    "sentence_objective",
     "JOINT_OBJECTIVES",
     "OBJECTIVES",
     "PAIR_OBJECTIVES",
@@ -88,17 +92,6 @@ SSP_B_SENTENCES = (1, 5)  # 2022, A.1: B in [1, 5]
 SP_A_SENTENCES = (1, 3)  # 2022, A.1: A in P_i in [1, 3]
 TRIPLET_B_SENTENCES = (1, 3)  # 2023, A.1: a = 1 sentence, b in [1, 3]
 
-PAIR_OBJECTIVES = ("ssp", "sp", "psd")
-TRIPLET_OBJECTIVES = ("sdc", "dpc", "dslc")
-BASE_OBJECTIVES = PAIR_OBJECTIVES + TRIPLET_OBJECTIVES + ("all", "all_pairs")
-JOINT_OBJECTIVES = ("mspp",)  # grouped examples for the joint multi-candidate models
-OBJECTIVES = (
-    BASE_OBJECTIVES
-    + ("mlm",)
-    + tuple(f"mlm_{name}" for name in BASE_OBJECTIVES)
-    + JOINT_OBJECTIVES
-    + tuple(f"mlm_{name}" for name in JOINT_OBJECTIVES)
-)
 # MSPP sampling (Di Liello et al., NAACL 2022, section 4.1: k+ = 1, k_hard = 2, k_easy = 2, so k = 5).
 MSPP_POSITIVES = 1
 
@@ -169,6 +162,74 @@ def _skip(rng: random.Random, m: int, lo: int, width: int) -> int:
 # --------------------------------------------------------------------------- objective specifications
 
 
+@dataclass(frozen=True)
+class ObjectiveDefinition:
+    """One pre-training objective's facts, declared once (by :func:`objective` on its spec class, or
+    :func:`register_objective` for a mixture or a grouped objective). The objective tuples, the default lengths, the
+    model cards' descriptions and :class:`Objective` all read them."""
+
+    name: str  # lower case, without the ``mlm_`` prefix (every objective gets its ``mlm_`` ablation)
+    description: str  # what the sentence head predicts: the model card's words
+    paper: str  # where it is defined
+    default_max_length: int | None  # the papers' input length in tokens; None: the slot layout sets it (grouped)
+    variants: tuple[str, ...]  # the sentence-level specs it samples from: itself, a mixture's, () when grouped
+    triplet: bool  # examples with ``text_c`` (three segments)
+    grouped: bool = False  # grouped examples for the joint multi-candidate models (MSPP)
+
+
+OBJECTIVE_DEFINITIONS: dict[str, ObjectiveDefinition] = {}
+_SPECS: dict[str, _Spec] = {}
+MLM_DESCRIPTION = "masked language modelling only, the ablation without a sentence-level objective"
+
+
+def register_objective(definition: ObjectiveDefinition) -> ObjectiveDefinition:
+    """Make ``definition`` an objective (``generate_examples``, the run script's ``--objective``, its card);
+    ``ValueError`` naming the fact when one is missing or contradicts the others."""
+    problems = []
+    if not definition.name or definition.name != definition.name.lower() or definition.name.startswith("mlm"):
+        problems.append("name: lower case, not starting with 'mlm' (the ablations are derived)")
+    if definition.name in OBJECTIVE_DEFINITIONS:
+        problems.append("name: already registered")
+    if not definition.description:
+        problems.append("description: empty (the model card would not say what the objective predicts)")
+    if not definition.paper:
+        problems.append("paper: empty")
+    if definition.grouped != (definition.default_max_length is None):
+        problems.append("default_max_length: None exactly when the objective is grouped (the slot layout sets it)")
+    if definition.grouped == bool(definition.variants):
+        problems.append("variants: the sentence-level specs it samples from (none when grouped)")
+    unknown = [name for name in definition.variants if name not in _SPECS]
+    if unknown:
+        problems.append(f"variants: no spec named {', '.join(unknown)}")
+    elif {_SPECS[name].triplet for name in definition.variants} - {definition.triplet}:
+        problems.append("triplet: differs from its variants'")
+    if problems:
+        raise ValueError(f"objective {definition.name!r}: " + "; ".join(problems))
+    OBJECTIVE_DEFINITIONS[definition.name] = definition
+    return definition
+
+
+def sentence_objective(*, description: str, paper: str, default_max_length: int):
+    """Class decorator: registers a sentence-level spec (a :class:`_Spec` subclass) as the objective of its name."""
+
+    def register(spec_class):
+        spec = spec_class()
+        _SPECS[spec.name] = spec
+        register_objective(
+            ObjectiveDefinition(
+                name=spec.name,
+                description=description,
+                paper=paper,
+                default_max_length=default_max_length,
+                variants=(spec.name,),
+                triplet=spec.triplet,
+            )
+        )
+        return spec_class
+
+    return register
+
+
 class _Spec:
     """One objective: positive eligibility, positive builder, negative eligibility and builder."""
 
@@ -192,6 +253,9 @@ class _Spec:
         raise NotImplementedError
 
 
+@sentence_objective(
+    description="are two spans from the same paragraph?", paper="Di Liello et al., 2022", default_max_length=128
+)
 class _SSP(_Spec):
     """Spans in Same Paragraph (Di Liello et al., 2022, section 4; appendix A.1).
 
@@ -246,6 +310,9 @@ class _SSP(_Spec):
         }
 
 
+@sentence_objective(
+    description="is B the rest of A's paragraph?", paper="Di Liello et al., 2022", default_max_length=256
+)
 class _SP(_Spec):
     """Span in Paragraph (Di Liello et al., 2022, section 4; appendix A.1).
 
@@ -296,6 +363,9 @@ class _SP(_Spec):
         }
 
 
+@sentence_objective(
+    description="are two paragraphs from the same document?", paper="Di Liello et al., 2022", default_max_length=256
+)
 class _PSD(_Spec):
     """Paragraphs in Same Document (Di Liello et al., 2022, section 4; appendix A.1).
 
@@ -369,6 +439,11 @@ class _Triplet(_Spec):
         }
 
 
+@sentence_objective(
+    description="are a and b from the same paragraph, given the document's first paragraph?",
+    paper="Di Liello et al., 2023",
+    default_max_length=128,
+)
 class _SDC(_Triplet):
     """SSP with Static Document-level Context (Di Liello et al., 2023, section 4).
 
@@ -405,6 +480,11 @@ class _SDC(_Triplet):
         )
 
 
+@sentence_objective(
+    description="are a and b from the same paragraph, given the rest of that paragraph?",
+    paper="Di Liello et al., 2023",
+    default_max_length=128,
+)
 class _DPC(_Triplet):
     """SSP with Dynamic Paragraph-level Context (Di Liello et al., 2023, section 4).
 
@@ -440,6 +520,11 @@ class _DPC(_Triplet):
         )
 
 
+@sentence_objective(
+    description="are a and b from the same paragraph, given the sentences around b?",
+    paper="Di Liello et al., 2023",
+    default_max_length=128,
+)
 class _DSLC(_Triplet):
     """SSP with Dynamic Sentence-level Local Context (Di Liello et al., 2023, section 4).
 
@@ -481,8 +566,27 @@ class _DSLC(_Triplet):
         )
 
 
-_SPECS: dict[str, _Spec] = {spec.name: spec for spec in (_SSP(), _SP(), _PSD(), _SDC(), _DPC(), _DSLC())}
-_MIXTURES: dict[str, tuple[str, ...]] = {"all": TRIPLET_OBJECTIVES, "all_pairs": PAIR_OBJECTIVES}
+# The mixes: one sentence head over several objectives' examples, "with the same setting as SSP" (2022, section 5).
+register_objective(
+    ObjectiveDefinition(
+        name="all",
+        description="a mix of SDC, DPC and DSLC with one sentence head",
+        paper="Di Liello et al., 2023",
+        default_max_length=128,
+        variants=("sdc", "dpc", "dslc"),
+        triplet=True,
+    )
+)
+register_objective(
+    ObjectiveDefinition(
+        name="all_pairs",
+        description="a mix of SSP, SP and PSD with one sentence head",
+        paper="Di Liello et al., 2022",
+        default_max_length=OBJECTIVE_DEFINITIONS["ssp"].default_max_length,
+        variants=("ssp", "sp", "psd"),
+        triplet=False,
+    )
+)
 
 
 # --------------------------------------------------------------------------- driver
@@ -667,10 +771,47 @@ def _mspp(
     return out
 
 
+register_objective(
+    ObjectiveDefinition(
+        name="mspp",
+        description=(
+            "which of k candidate sentences, read in one pass with a sentence of a paragraph, come from that "
+            "paragraph? (joint multi-candidate model)"
+        ),
+        paper="Di Liello et al., 2022 (NAACL)",
+        default_max_length=None,
+        variants=(),
+        triplet=False,
+        grouped=True,
+    )
+)
+
+# --------------------------------------------------------------------------- the tables, read from the definitions
+
+
+def _named(**facts) -> tuple[str, ...]:
+    return tuple(
+        name
+        for name, definition in OBJECTIVE_DEFINITIONS.items()
+        if all(getattr(definition, fact) == value for fact, value in facts.items())
+    )
+
+
+_SINGLE = tuple(name for name, definition in OBJECTIVE_DEFINITIONS.items() if definition.variants == (name,))
+PAIR_OBJECTIVES = tuple(name for name in _named(triplet=False, grouped=False) if name in _SINGLE)
+TRIPLET_OBJECTIVES = tuple(name for name in _named(triplet=True) if name in _SINGLE)
+BASE_OBJECTIVES = PAIR_OBJECTIVES + TRIPLET_OBJECTIVES + tuple(n for n in _named(grouped=False) if n not in _SINGLE)
+JOINT_OBJECTIVES = _named(grouped=True)  # grouped examples for the joint multi-candidate models
+OBJECTIVES = (
+    BASE_OBJECTIVES
+    + ("mlm",)
+    + tuple(f"mlm_{name}" for name in BASE_OBJECTIVES)
+    + JOINT_OBJECTIVES
+    + tuple(f"mlm_{name}" for name in JOINT_OBJECTIVES)
+)
 # Default input length per objective (tokens): the papers' settings. SP and PSD read whole paragraphs (2022, A.1:
 # 256); the others pair sentences (128); the mixes run "with the same setting as SSP" (2022, section 5).
-DEFAULT_MAX_LENGTHS = {"ssp": 128, "sp": 256, "psd": 256, "sdc": 128, "dpc": 128, "dslc": 128, "all": 128}
-DEFAULT_MAX_LENGTHS["all_pairs"] = DEFAULT_MAX_LENGTHS["ssp"]
+DEFAULT_MAX_LENGTHS = {name: OBJECTIVE_DEFINITIONS[name].default_max_length for name in BASE_OBJECTIVES}
 
 
 @dataclass(frozen=True)
@@ -688,22 +829,43 @@ class Objective:
     name: str  # canonical (lower case): one of OBJECTIVES
     base: str  # without the ``mlm_`` prefix (``mlm`` is ``mlm_all``)
     mlm_only: bool  # the MLM ablation: the same examples, the structure labels kept aside and not trained
-    variants: tuple  # the sentence-level specs it samples from (empty for MSPP)
+
+    @property
+    def definition(self) -> ObjectiveDefinition:
+        return OBJECTIVE_DEFINITIONS[self.base]
+
+    @property
+    def variants(self) -> tuple:
+        """The sentence-level specs it samples from (empty for MSPP)."""
+        return tuple(_SPECS[name] for name in self.definition.variants)
 
     @property
     def joint(self) -> bool:
         """Grouped examples for the joint multi-candidate models (MSPP)."""
-        return self.base in JOINT_OBJECTIVES
+        return self.definition.grouped
 
     @property
     def triplet(self) -> bool:
         """Examples with ``text_c`` (SDC, DPC, DSLC, ``all``): three segments."""
-        return bool(self.variants) and self.variants[0].triplet
+        return self.definition.triplet
 
     @property
     def default_max_length(self) -> int | None:
         """The papers' input length for this objective (None for MSPP, whose length is the slot layout's)."""
-        return DEFAULT_MAX_LENGTHS.get(self.base)
+        return self.definition.default_max_length
+
+    @property
+    def description(self) -> str:
+        """What it trains the model to predict, in a model card's words (``mlm_*``: the MLM ablation)."""
+        if not self.mlm_only:
+            return self.definition.description
+        if self.name == "mlm":
+            return MLM_DESCRIPTION
+        return f"{MLM_DESCRIPTION}, on {self.base.upper()}'s examples"
+
+    @property
+    def paper(self) -> str | None:
+        return None if self.name == "mlm" else self.definition.paper
 
 
 def resolve_objective(objective: str | Objective) -> Objective:
@@ -717,15 +879,9 @@ def resolve_objective(objective: str | Objective) -> Objective:
         base, mlm = "all", True
     elif isinstance(name, str) and name.startswith("mlm_"):
         base, mlm = name[4:], True
-    if base in _SPECS:
-        variants = (_SPECS[base],)
-    elif base in JOINT_OBJECTIVES:
-        variants = ()
-    elif base in _MIXTURES:
-        variants = tuple(_SPECS[v] for v in _MIXTURES[base])
-    else:
+    if base not in OBJECTIVE_DEFINITIONS:
         raise ValueError(f"unknown objective {objective!r}; valid objectives: {', '.join(OBJECTIVES)}")
-    return Objective(name=name, base=base, mlm_only=mlm, variants=variants)
+    return Objective(name=name, base=base, mlm_only=mlm)
 
 
 def is_triplet_objective(objective: str | Objective) -> bool:
@@ -769,12 +925,12 @@ def generate_examples(
     Returns a list of example dicts, each positive followed by its negatives.
     """
     resolved = resolve_objective(objective)
-    variants, mlm, base = resolved.variants, resolved.mlm_only, resolved.base
+    variants, mlm = resolved.variants, resolved.mlm_only
     if num_negatives < 0 or max_hard_negatives < 0:
         raise ValueError("num_negatives and max_hard_negatives must be >= 0")
     if not isinstance(rng, random.Random):
         rng = random.Random(rng)
-    if base in JOINT_OBJECTIVES:
+    if resolved.joint:
         if num_positives < 1 or max_hard_negatives > num_negatives:
             raise ValueError(
                 "mspp needs num_positives >= 1 and max_hard_negatives <= num_negatives (k_easy = num_negatives - "

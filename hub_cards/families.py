@@ -5,6 +5,8 @@ model's settings (slot layout, head, λ, τ, question types) from the run record
 
 from pathlib import Path
 
+from as2hub.data_collators.structure_objectives import resolve_objective
+
 from .cards import CardContext, DatasetRef, Family, Metric, register_family
 
 WIKIQA_HUB_ID = "microsoft/wiki_qa"
@@ -13,27 +15,16 @@ EMBEDDED_AS2 = DatasetRef(
 )
 EMBEDDED_CORPUS = "Python's own documentation (`pydoc_data.topics`, embedded in as2hub)"
 
-OBJECTIVE_DESCRIPTIONS = {  # objective -> (what the sentence head predicts, the paper)
-    "ssp": ("are two spans from the same paragraph?", "Di Liello et al., 2022"),
-    "sp": ("is B the rest of A's paragraph?", "Di Liello et al., 2022"),
-    "psd": ("are two paragraphs from the same document?", "Di Liello et al., 2022"),
-    "sdc": ("are a and b from the same paragraph, given the document's first paragraph?", "Di Liello et al., 2023"),
-    "dpc": ("are a and b from the same paragraph, given the rest of that paragraph?", "Di Liello et al., 2023"),
-    "dslc": ("are a and b from the same paragraph, given the sentences around b?", "Di Liello et al., 2023"),
-    "all": ("a mix of SDC, DPC and DSLC with one sentence head", "Di Liello et al., 2023"),
-    "all_pairs": ("a mix of SSP, SP and PSD with one sentence head", "Di Liello et al., 2022"),
-    "mspp": (
-        "which of k candidate sentences, read in one pass with a sentence of a paragraph, come from that paragraph? "
-        "(joint multi-candidate model)",
-        "Di Liello et al., 2022 (NAACL)",
-    ),
-    "mlm": ("masked language modelling only, the ablation without a sentence-level objective", None),
-}
-
 
 def _describe_objective(objective: str) -> str:
-    question, paper = OBJECTIVE_DESCRIPTIONS.get(objective, ("see the papers", None))
-    return f"**{objective.upper()}** ({question}" + (f"; {paper})" if paper else ")")
+    """``**DSLC** (what its sentence head predicts; the paper)``, from the objective's own definition
+    (``structure_objectives.ObjectiveDefinition``)."""
+    try:
+        resolved = resolve_objective(objective)
+    except ValueError:  # a record of another version's objective: its name only
+        return f"**{str(objective).upper()}**"
+    paper = resolved.paper
+    return f"**{resolved.name.upper()}** ({resolved.description}" + (f"; {paper})" if paper else ")")
 
 
 def _file_dataset(ctx: CardContext, source) -> DatasetRef:
