@@ -44,6 +44,7 @@ import logging
 import platform
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import Any, NamedTuple, Protocol, runtime_checkable
 
 logger = logging.getLogger("as2hub.backends")
 
@@ -82,6 +83,33 @@ INSTALL = {
 
 class BackendUnavailableError(RuntimeError):
     """An explicitly requested backend that this machine cannot run (the message says why and what to do)."""
+
+
+@runtime_checkable
+class ScoringModel(Protocol):
+    """What a scoring backend provides to :class:`~as2hub.modeling.ranking.Ranker` and
+    :class:`~as2hub.modeling.joint_ranking.JointRanker`: a torch model (``PreTrainedModel``) has it, and so has
+    :class:`~as2hub.modeling.onnx_backend.OnnxRankerModel`. A new backend is a class with these members and a row of
+    :data:`BACKENDS`. ``pad_to_multiple_of`` is optional (torch pads to 8; ``None`` pads exactly)."""
+
+    config: Any  # the ranker's PretrainedConfig: type_vocab_size, contextual, label2id, the joint slot layout
+    device: Any  # torch.device the inputs go to
+
+    def eval(self) -> ScoringModel: ...
+
+    def __call__(self, **inputs) -> Any:  # an output with ``.logits``
+        ...
+
+    def logits_to_scores(self, logits) -> Any:  # logits -> the probability that each candidate is correct
+        ...
+
+
+class LoadedModel(NamedTuple):
+    """A ranker's scoring model, the folder its tokenizer is read from, and the backend name that runs it."""
+
+    model: ScoringModel
+    folder: Any
+    backend: str
 
 
 @dataclass(frozen=True)

@@ -47,7 +47,7 @@ def top_k(scores: list[float], k: int) -> list[int]:
 class JointRanker:
     """A joint model (``IE_k`` or ``AE_k`` head), its tokenizer, and optionally a pairwise first stage."""
 
-    def __init__(self, model, tokenizer, pairwise: Ranker | None = None, batch_size: int = 16):
+    def __init__(self, model, tokenizer, pairwise: Ranker | None = None, batch_size: int = 16, backend: str = "torch"):
         config = model.config
         if not getattr(config, "candidate_head", False):
             raise ValueError(
@@ -58,7 +58,7 @@ class JointRanker:
         self.tokenizer = tokenizer
         self.pairwise = pairwise
         self.batch_size = batch_size
-        self.backend = getattr(model, "as2hub_backend", "torch")  # which backend scores the joint stage
+        self.backend = backend  # which backend scores the joint stage (``from_pretrained`` passes the one it loaded)
         self.layout = SlotLayout.from_tokenizer(tokenizer, config.num_candidates, config.slot_length)
 
     @classmethod
@@ -80,11 +80,12 @@ class JointRanker:
         loaded with the same backend options (with ``"auto"``, each stage picks for itself: a stage without an exported
         graph falls back without stopping the other).
         """
-        model, path = load_scoring_model(path, AutoModel, backend, quantize, num_threads, trust_remote_code)
+        loaded = load_scoring_model(path, AutoModel, backend, quantize, num_threads, trust_remote_code)
         if isinstance(pairwise, str):
             options = {"backend": backend, "quantize": quantize, "num_threads": num_threads}
             pairwise = Ranker.from_pretrained(pairwise, trust_remote_code=trust_remote_code, **options)
-        return cls(model, AutoTokenizer.from_pretrained(path), pairwise=pairwise, **kwargs)
+        tokenizer = AutoTokenizer.from_pretrained(loaded.folder)
+        return cls(loaded.model, tokenizer, pairwise=pairwise, backend=loaded.backend, **kwargs)
 
     @torch.inference_mode()
     def score(self, question: str, candidates: list[str]) -> list[float]:
@@ -114,10 +115,18 @@ class JointRanker:
             order = cascade_order([0.0] * len(candidates), dict(enumerate(self.score(question, candidates))))
         else:
             pairwise = self.pairwise.score_pairs([question] * len(candidates), candidates, contexts).tolist()
-            best = top_k(pairwise, self.layout.num_candidates)
-            joint = self.score(question, [candidates[i] for i in best])
-            order = cascade_order(pairwise, dict(zip(best, joint)))
+            order = self.rerank(question, candidates, pairwise)
         return [JointRankedCandidate(i, score, candidates[i], stage) for i, score, stage in order]
+
+    def rerank(
+        self, question: str, candidates: list[str], pairwise_scores: list[float]
+    ) -> list[tuple[int, float, str]]:
+        """The cascade's second stage: the top k of ``pairwise_scores`` (the first stage's, in input order) scored
+        jointly, in :func:`cascade_order` (``(index, score, stage)``). ``rank`` calls it after scoring the pairs; a
+        caller that scores the pairs of many questions at once (the service) calls it per question."""
+        best = top_k(pairwise_scores, self.layout.num_candidates)
+        joint = self.score(question, [candidates[i] for i in best])
+        return cascade_order(pairwise_scores, dict(zip(best, joint)))
 
 
 def rank(model, tokenizer, question: str, candidates: list[str], pairwise: Ranker | None = None, **kwargs):

@@ -28,7 +28,7 @@ import torch
 from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
 from as2hub.modeling import backends
-from as2hub.modeling.backends import BACKENDS, check_runnable, normalize, torch_dtype
+from as2hub.modeling.backends import BACKENDS, LoadedModel, ScoringModel, check_runnable, normalize, torch_dtype
 from as2hub.modeling.first_token import first_token_last_layer
 from as2hub.modeling.segment_layout import SegmentLayout, pad_batch
 
@@ -51,19 +51,20 @@ def context_text_pair(tokenizer, candidate: str, context: str) -> str:
 def load_scoring_model(path, auto_class, backend="torch", quantize=None, num_threads=None, trust_remote_code=True):
     """``(model, folder)`` for a ranker: the torch model (``auto_class``) or an ONNX Runtime session standing in for it
     (``backend="onnx"``, :class:`~as2hub.modeling.onnx_backend.OnnxRankerModel`; a Hub id resolves to its download).
-    The backend names are those of :mod:`as2hub.modeling.backends`; the one that runs is ``model.as2hub_backend``."""
+    The backend names are those of :mod:`as2hub.modeling.backends`; ``.backend`` is the one that runs (with
+    ``"auto"``, the one it picked). Returns a :class:`~as2hub.modeling.backends.LoadedModel`."""
     name, quantize = normalize(backend, quantize)
     if name == "auto":
         return _load_auto(path, auto_class, quantize, num_threads, trust_remote_code)
     check_runnable(name)
-    model, folder = _load(name, path, auto_class, quantize, num_threads, trust_remote_code)
+    loaded = _load(name, path, auto_class, quantize, num_threads, trust_remote_code)
     if name == "torch-bf16" and not backends.cpu_features().bf16_hardware:
         logger.warning(
             "backend 'torch-bf16' on %s: no bf16 hardware (avx512_bf16 / amx_bf16), so bf16 matmuls are emulated "
             "and slower than fp32; backend='auto' picks the fastest backend for this CPU",
             backends.cpu_features().model,
         )
-    return model, folder
+    return loaded
 
 
 def _load(name, path, auto_class, quantize, num_threads, trust_remote_code):
@@ -74,8 +75,7 @@ def _load(name, path, auto_class, quantize, num_threads, trust_remote_code):
         model = OnnxRankerModel.from_pretrained(
             path, quantize=quantize, num_threads=num_threads, trust_remote_code=trust_remote_code
         )
-        model.as2hub_backend = {None: "onnx", "int8": "onnx-int8"}[quantize]
-        return model, model.graph_path.parent.parent
+        return LoadedModel(model, model.graph_path.parent.parent, {None: "onnx", "int8": "onnx-int8"}[quantize])
     if quantize is not None or num_threads is not None:
         raise ValueError(
             "quantize and num_threads are options of backend='onnx'; "
@@ -87,8 +87,7 @@ def _load(name, path, auto_class, quantize, num_threads, trust_remote_code):
         model = model.to(device="cuda", dtype=dtype)
     elif dtype != torch.float32:
         model = model.to(dtype=dtype)
-    model.as2hub_backend = name
-    return model, path
+    return LoadedModel(model, path, name)
 
 
 def _load_auto(path, auto_class, quantize, num_threads, trust_remote_code):
@@ -102,8 +101,8 @@ def _load_auto(path, auto_class, quantize, num_threads, trust_remote_code):
             check_runnable(name, cpu)
             engine = BACKENDS[name][0]
             threads = num_threads if engine == "onnx" else None
-            model, folder = _load(name, path, auto_class, BACKENDS[name][1] if engine == "onnx" else None,
-                                  threads, trust_remote_code)  # fmt: skip
+            loaded = _load(name, path, auto_class, BACKENDS[name][1] if engine == "onnx" else None,
+                           threads, trust_remote_code)  # fmt: skip
         except backends.not_available_here() as error:  # only "cannot run here"; anything else is raised
             if name == "torch":
                 raise
@@ -121,7 +120,7 @@ def _load_auto(path, auto_class, quantize, num_threads, trust_remote_code):
                 name,
                 backends.describe_machine(cpu),
             )
-        return model, folder
+        return loaded
     raise AssertionError("unreachable: 'torch' is the last choice of auto_order")
 
 
@@ -148,7 +147,9 @@ class Ranker:
     :func:`default_batch_size` for the model's device (16 on CPU, 64 on a GPU).
     """
 
-    def __init__(self, model, tokenizer, max_length: int = 256, batch_size: int | None = None):
+    def __init__(
+        self, model: ScoringModel, tokenizer, max_length: int = 256, batch_size: int | None = None, backend="torch"
+    ):
         self.model = model.eval()
         self.tokenizer = tokenizer
         self.max_length = max_length
@@ -159,8 +160,7 @@ class Ranker:
         # torch pads to a multiple of 8; the ONNX backend pads exactly (it sets this attribute to None)
         self.pad_to_multiple_of = getattr(model, "pad_to_multiple_of", 8)
         self.contextual = bool(getattr(model.config, "contextual", False))
-        # which backend scores (``Ranker.from_pretrained`` sets it on the model; a model passed in is "torch")
-        self.backend = getattr(model, "as2hub_backend", "torch")
+        self.backend = backend  # which backend scores (``from_pretrained`` passes the one it loaded)
         self.layout.check_max_length(max_length, 3 if self.contextual else 2)
 
     @classmethod
@@ -194,10 +194,10 @@ class Ranker:
             >>> ranker.backend  # doctest: +SKIP
             'onnx-int8'
         """
-        model, path = load_scoring_model(
+        loaded = load_scoring_model(
             path, AutoModelForSequenceClassification, backend, quantize, num_threads, trust_remote_code
         )
-        return cls(model, AutoTokenizer.from_pretrained(path), **kwargs)
+        return cls(loaded.model, AutoTokenizer.from_pretrained(loaded.folder), backend=loaded.backend, **kwargs)
 
     def _tokens(self, texts: list[str]) -> list[list[int]]:
         unique = list(dict.fromkeys(texts))

@@ -1,13 +1,15 @@
 """The import contract: as2hub's layers import downward only, and nothing imports in a circle.
 
-    modeling (remote-code folders, layouts, file writes, scoring)         layer 0
+    modeling (remote-code folders, family registry, layouts, scoring)     layer 0
     metrics, data_collators (readers, collators, example generation)      layer 1 (independent of each other)
-    hub_cards (cards, run record, run outputs, Hub push)                  layer 2
+    hub_cards (cards, run record, run outputs, Hub push)                  layer 2 (independent of each other)
+    serving (the scorer, the HTTP app, the batch-scoring engine)          layer 2
     run_scripts (the commands and their argument dataclasses)             layer 3
 
 A module may import from its own layer's package and from lower layers, never from a higher layer or (in layer 1)
 from the other package of its layer; no two as2hub modules import each other in a cycle, even lazily inside a
-function; the commands are leaves (no ``run_*`` module imports another); the remote-code folders (what goes to the
+function; the remote-code folders never import the family registry (nor anything of as2hub outside their folder);
+the commands are leaves (no ``run_*`` module imports another); the remote-code folders (what goes to the
 Hub) import only the standard library, torch, transformers, huggingface_hub, safetensors, numpy and their siblings.
 
 Read from the source with ``ast`` (every ``import``, at module level or inside functions), so a lazy import counts.
@@ -20,7 +22,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-LAYERS = {"modeling": 0, "metrics": 1, "data_collators": 1, "hub_cards": 2, "run_scripts": 3}
+LAYERS = {"modeling": 0, "metrics": 1, "data_collators": 1, "hub_cards": 2, "serving": 2, "run_scripts": 3}
 REMOTE_CODE = ("contextual_as2", "ssp_pretraining", "joint_multicandidate", "longformer_qe")
 REMOTE_CODE_ALLOWED = {"torch", "transformers", "huggingface_hub", "safetensors", "numpy"}
 

@@ -1,0 +1,12 @@
+"""The serving layer: scoring saved rankers for others, without the command lines.
+
+    options.py         RankerOptions (the one backend options type), ServeConfig, ScoreConfig
+    scorer.py          RerankScorer: a loaded ranker (pairwise, contextual, joint or the cascade) scoring batches of
+                       requests; Query, Ranked, raw_score
+    http.py            the FastAPI app and the Ray Serve deployment (needs the ``serve`` extra)
+    batch_scoring.py   the batch-scoring engine: plan shards of JSONL / Parquet inputs, score them on Ray Data or
+                       ``datasets`` workers, the run's record
+
+``as2hub-serve`` (run_scripts/serve.py) and ``as2hub-score`` (run_scripts/score.py) parse flags, check them and call
+these. What a scoring backend must provide is :class:`~as2hub.modeling.backends.ScoringModel`.
+"""

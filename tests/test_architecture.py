@@ -1,0 +1,61 @@
+"""ARCHITECTURE.md's "checked" steps: what a newcomer could forget when adding a family, a backend or an endpoint,
+and what would otherwise fail late or silently. (Objectives: tests/test_objective_registry.py.)"""
+
+import ast
+import importlib.util
+import re
+from pathlib import Path
+
+import pytest
+
+from as2hub.hub_cards.cards import get_family
+from as2hub.modeling import backends, ranking
+from as2hub.modeling.registry import FAMILIES
+
+ROOT = Path(__file__).resolve().parents[1]
+HAS_SERVE = all(importlib.util.find_spec(name) is not None for name in ("ray", "fastapi"))
+
+
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_every_model_family_has_a_card_entry_and_is_in_the_layer_contract(family):
+    import test_import_layers
+
+    assert get_family(family).name == family  # hub_cards/families.py
+    assert family in test_import_layers.REMOTE_CODE
+    assert (ROOT / "modeling" / family).is_dir()
+    packages = (ROOT / "pyproject.toml").read_text()
+    assert f'"as2hub.modeling.{family}"' in packages
+
+
+def _engines_loaded() -> set[str]:
+    """The engines ``ranking._load`` builds: the string constants it compares ``engine`` with (``else``: torch)."""
+    tree = ast.parse(Path(ranking.__file__).read_text())
+    load = next(n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name == "_load")
+    compared = {
+        c.value
+        for n in ast.walk(load)
+        if isinstance(n, ast.Compare) and getattr(n.left, "id", None) == "engine"
+        for c in n.comparators
+        if isinstance(c, ast.Constant)
+    }
+    return compared | {"torch"}
+
+
+@pytest.mark.parametrize("name", sorted(backends.BACKENDS))
+def test_every_backend_is_documented_and_built(name):
+    assert re.search(rf"^``{re.escape(name)}``\s", backends.__doc__, re.MULTILINE), (
+        f"{name}: not in the docstring table"
+    )
+    engine, _ = backends.BACKENDS[name]
+    assert engine in _engines_loaded(), f"{name}: engine {engine!r} is not built by ranking._load"
+
+
+@pytest.mark.skipif(not HAS_SERVE, reason='the serve extra is not installed: pip install "as2hub[serve]"')
+def test_every_endpoint_is_in_the_commands_help():
+    from as2hub.run_scripts import serve
+    from as2hub.serving.http import api
+
+    routes = [(method.upper(), path) for path, methods in api.openapi()["paths"].items() for method in methods]
+    assert {path for _, path in routes} >= {"/rerank", "/v1/rerank", "/health", "/info"}
+    for method, path in routes:
+        assert f"``{method} {path}``" in serve.__doc__, f"{method} {path} is not in as2hub-serve's docstring"
