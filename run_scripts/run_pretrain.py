@@ -60,7 +60,6 @@ from as2hub.data_collators import (
     load_documents,
     resolve_objective,
 )
-from as2hub.data_collators.ssp_trainer import SSPTrainer
 from as2hub.data_collators.stream_resume import GracefulStop, PositionTrackingCollator, prepare_exact_resume
 from as2hub.data_collators.tokenizer_training import train_corpus_tokenizer
 from as2hub.hub_cards.push import HubArguments, HubPush
@@ -83,6 +82,7 @@ from as2hub.run_scripts.arguments import (
     run_cli,
     setup_logging,
 )
+from as2hub.training.trainers import SSPTrainer
 
 logger = logging.getLogger("as2hub.run_pretrain")
 

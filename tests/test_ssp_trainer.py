@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 from sklearn.metrics import balanced_accuracy_score, roc_auc_score
 
-from as2hub.data_collators.ssp_trainer import balanced_accuracy_at_prior, roc_auc
+from as2hub.metrics.classification import balanced_accuracy_at_prior, roc_auc
 
 
 @pytest.mark.parametrize("seed", range(5))
