@@ -59,3 +59,13 @@ def test_every_endpoint_is_in_the_commands_help():
     assert {path for _, path in routes} >= {"/rerank", "/v1/rerank", "/health", "/info"}
     for method, path in routes:
         assert f"``{method} {path}``" in serve.__doc__, f"{method} {path} is not in as2hub-serve's docstring"
+
+
+def test_architecture_md_names_files_that_exist_and_the_contracts_layers():
+    import test_import_layers
+
+    text = (ROOT / "ARCHITECTURE.md").read_text()
+    paths = set(re.findall(r"`([\w.]+/[\w./]+\.(?:py|toml|md)|[\w.]+\.(?:toml|md))`", text))
+    assert paths and [path for path in sorted(paths) if not (ROOT / path).is_file()] == []
+    for folder, layer in test_import_layers.LAYERS.items():
+        assert re.search(rf"^  {folder}/ .* layer {layer}\b", text, re.MULTILINE), f"{folder}: layer {layer}"
