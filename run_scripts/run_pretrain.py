@@ -37,7 +37,6 @@ A held-out slice of the documents gives the evaluation set: MLM loss and sentenc
 ``as2hub-push OUTPUT_DIR namespace/name``); ``run_as2.py --model_name_or_path namespace/name`` fine-tunes it.
 """
 
-import functools
 import itertools
 import json
 import logging
@@ -53,7 +52,6 @@ from as2hub.data_collators import (
     CorpusConfig,
     CorpusError,
     JointCollator,
-    Objective,
     PretrainingCollator,
     StructurePretrainingIterableDataset,
     generate_pretraining_dataset,
@@ -64,9 +62,7 @@ from as2hub.data_collators.stream_resume import GracefulStop, PositionTrackingCo
 from as2hub.data_collators.tokenizer_training import train_corpus_tokenizer
 from as2hub.hub_cards.push import HubArguments, HubPush
 from as2hub.hub_cards.run_record import component, record_run
-from as2hub.modeling import JOINT_PRETRAINING_MODELS, SSP_MODELS
 from as2hub.modeling.files import staged_folder, write_json_atomic
-from as2hub.modeling.loading import load_checkpoint
 from as2hub.run_scripts.arguments import (
     TINY_ROBERTA,
     ArgumentError,
@@ -76,12 +72,12 @@ from as2hub.run_scripts.arguments import (
     check_output_dir,
     check_slot_budget,
     first_token_attention_field,
-    load_config,
     parse_arguments,
     remove_stale_checkpoints,
     run_cli,
     setup_logging,
 )
+from as2hub.training.pretraining_models import build_model
 from as2hub.training.trainers import SSPTrainer
 
 logger = logging.getLogger("as2hub.run_pretrain")
@@ -286,95 +282,6 @@ def split_documents(documents, fraction: float, seed: int):
     held_out = max(2, round(len(documents) * fraction))  # at least two: easy negatives need another document
     split = documents.train_test_split(test_size=held_out, seed=seed)
     return split["train"], split["test"]
-
-
-def _model_type(source: str) -> str | None:
-    return load_config(source).model_type
-
-
-def build_joint_model(model_args: PretrainModelArguments, tokenizer, objective: str | Objective):
-    """A ``*ForJointPretraining`` model (MLM + MSPP): continued from a checkpoint, from a config, or tiny from scratch."""
-    objective = resolve_objective(objective)
-    if model_args.model_type not in JOINT_PRETRAINING_MODELS:
-        raise ArgumentError(
-            f"--model_type must be one of {sorted(JOINT_PRETRAINING_MODELS)}, got {model_args.model_type!r}"
-        )
-    if model_args.joint_head not in ("IE_k", "AE_k"):
-        raise ArgumentError(
-            f"--joint_head must be IE_k or AE_k (one MSPP label per candidate), got {model_args.joint_head!r}"
-        )
-    if model_args.generator_name_or_path:
-        raise ArgumentError(
-            "--generator_name_or_path does not apply to --objective mspp: the joint ELECTRA pre-trains an MLM head on "
-            "the discriminator (ELECTRA's generator + replaced-token detection is in the SSP models)"
-        )
-    config_class, model_class = JOINT_PRETRAINING_MODELS[model_args.model_type]
-    settings = {
-        "num_candidates": model_args.num_candidates,
-        "slot_length": model_args.slot_length,
-        "head": model_args.joint_head,
-        "slot_positions": model_args.slot_positions,
-        "token_type_init": model_args.token_type_init,
-        "pad_token_id": tokenizer.pad_token_id,
-        "mlm_weight": model_args.mlm_weight,
-        "mspp_weight": 0.0 if objective.mlm_only else model_args.cls_weight,
-    }
-    if model_args.first_token_attention is not None:  # else the joint config's default (or the folder's own)
-        settings["first_token_attention"] = model_args.first_token_attention
-    if model_args.model_name_or_path:
-        return load_checkpoint(model_class, model_args.model_name_or_path, **settings)
-    if model_args.config_name:
-        config = config_class.from_pretrained(model_args.config_name, vocab_size=len(tokenizer), **settings)
-    else:
-        logger.warning("no --model_name_or_path: pre-training a tiny joint %s from scratch", model_args.model_type)
-        config = config_class(vocab_size=len(tokenizer), **TINY_ROBERTA, **settings)
-    return model_class(config)
-
-
-def build_model(model_args: PretrainModelArguments, tokenizer, objective: str | Objective):
-    """A ``*ForSSPPretraining`` model (``*ForJointPretraining`` for MSPP): continued from a checkpoint, from a
-    config, or a tiny one from scratch."""
-    objective = resolve_objective(objective)
-    if objective.joint:
-        return build_joint_model(model_args, tokenizer, objective)
-    if model_args.model_type not in SSP_MODELS:
-        raise ArgumentError(f"--model_type must be one of {sorted(SSP_MODELS)}, got {model_args.model_type!r}")
-    config_class, model_class = SSP_MODELS[model_args.model_type]
-    # Triplets need three segments; pairs keep the backbone's design (RoBERTa: one segment id, BERT/ELECTRA: two).
-    num_segments = 3 if objective.triplet else (1 if model_args.model_type == "roberta" else 2)
-    settings = {
-        "num_segments": num_segments,
-        "token_type_init": model_args.token_type_init,
-        "sep_token_id": tokenizer.sep_token_id,
-        "pad_token_id": tokenizer.pad_token_id,
-        "mlm_weight": model_args.mlm_weight,
-        "cls_weight": 0.0 if objective.mlm_only else model_args.cls_weight,
-    }
-    if model_args.model_type == "electra":
-        settings["rtd_weight"] = model_args.rtd_weight
-    if model_args.model_name_or_path:
-        loader = None
-        if model_args.model_type == "electra" and model_args.generator_name_or_path:
-            loader = functools.partial(
-                model_class.from_discriminator_and_generator, generator=model_args.generator_name_or_path
-            )
-        elif model_args.model_type == "electra" and _model_type(model_args.model_name_or_path) != "ssp_electra":
-            logger.warning(
-                "no --generator_name_or_path: the generator is a new random one with %.2g of the discriminator's "
-                "width; the papers continue from the released generator",
-                model_args.generator_size_ratio,
-            )
-            settings["generator_size_ratio"] = model_args.generator_size_ratio
-        return load_checkpoint(model_class, model_args.model_name_or_path, loader=loader, **settings)
-    if model_args.model_type == "electra":
-        settings["generator_size_ratio"] = model_args.generator_size_ratio
-    if model_args.config_name:
-        # A stock config keeps its 1- or 2-row token-type table; the model grows it to num_segments on construction.
-        config = config_class.from_pretrained(model_args.config_name, vocab_size=len(tokenizer), **settings)
-    else:
-        logger.warning("no --model_name_or_path: pre-training a tiny %s from scratch", model_args.model_type)
-        config = config_class(vocab_size=len(tokenizer), **TINY_ROBERTA, **settings)
-    return model_class(config)
 
 
 def configure_streaming(training_args: TrainingArguments, collator) -> bool:

@@ -2,7 +2,7 @@
 
     modeling (remote-code folders, family registry, layouts, scoring)     layer 0
     metrics, data_collators (readers, collators, example generation)      layer 1 (independent of each other)
-    training (the Trainer subclasses)                                     layer 2
+    training (Trainer subclasses, argument checks, model builders)        layer 2
     hub_cards (cards, run record, run outputs, Hub push)                  layer 3 (independent of each other)
     serving (the scorer, the HTTP app, the batch-scoring engine)          layer 3
     run_scripts (the commands and their argument dataclasses)             layer 4

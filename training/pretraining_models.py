@@ -1,0 +1,103 @@
+"""The pre-training models ``run_pretrain.py`` trains: an ``*ForSSPPretraining`` model for the sentence-level
+objectives, an ``*ForJointPretraining`` model (MLM + MSPP) for the grouped one, continued from a checkpoint, from a
+config, or tiny from scratch. ``model_args`` is the command's ``PretrainModelArguments`` (any object with its fields).
+"""
+
+import functools
+import logging
+
+from as2hub.data_collators import Objective, resolve_objective
+from as2hub.modeling import JOINT_PRETRAINING_MODELS, SSP_MODELS
+from as2hub.modeling.loading import load_checkpoint
+from as2hub.training.checks import TINY_ROBERTA, ArgumentError, load_config
+
+logger = logging.getLogger("as2hub.run_pretrain")
+
+
+def _model_type(source: str) -> str | None:
+    return load_config(source).model_type
+
+
+def build_joint_model(model_args, tokenizer, objective: str | Objective):
+    """A ``*ForJointPretraining`` model (MLM + MSPP): continued from a checkpoint, from a config, or tiny from scratch."""
+    objective = resolve_objective(objective)
+    if model_args.model_type not in JOINT_PRETRAINING_MODELS:
+        raise ArgumentError(
+            f"--model_type must be one of {sorted(JOINT_PRETRAINING_MODELS)}, got {model_args.model_type!r}"
+        )
+    if model_args.joint_head not in ("IE_k", "AE_k"):
+        raise ArgumentError(
+            f"--joint_head must be IE_k or AE_k (one MSPP label per candidate), got {model_args.joint_head!r}"
+        )
+    if model_args.generator_name_or_path:
+        raise ArgumentError(
+            "--generator_name_or_path does not apply to --objective mspp: the joint ELECTRA pre-trains an MLM head on "
+            "the discriminator (ELECTRA's generator + replaced-token detection is in the SSP models)"
+        )
+    config_class, model_class = JOINT_PRETRAINING_MODELS[model_args.model_type]
+    settings = {
+        "num_candidates": model_args.num_candidates,
+        "slot_length": model_args.slot_length,
+        "head": model_args.joint_head,
+        "slot_positions": model_args.slot_positions,
+        "token_type_init": model_args.token_type_init,
+        "pad_token_id": tokenizer.pad_token_id,
+        "mlm_weight": model_args.mlm_weight,
+        "mspp_weight": 0.0 if objective.mlm_only else model_args.cls_weight,
+    }
+    if model_args.first_token_attention is not None:  # else the joint config's default (or the folder's own)
+        settings["first_token_attention"] = model_args.first_token_attention
+    if model_args.model_name_or_path:
+        return load_checkpoint(model_class, model_args.model_name_or_path, **settings)
+    if model_args.config_name:
+        config = config_class.from_pretrained(model_args.config_name, vocab_size=len(tokenizer), **settings)
+    else:
+        logger.warning("no --model_name_or_path: pre-training a tiny joint %s from scratch", model_args.model_type)
+        config = config_class(vocab_size=len(tokenizer), **TINY_ROBERTA, **settings)
+    return model_class(config)
+
+
+def build_model(model_args, tokenizer, objective: str | Objective):
+    """A ``*ForSSPPretraining`` model (``*ForJointPretraining`` for MSPP): continued from a checkpoint, from a
+    config, or a tiny one from scratch."""
+    objective = resolve_objective(objective)
+    if objective.joint:
+        return build_joint_model(model_args, tokenizer, objective)
+    if model_args.model_type not in SSP_MODELS:
+        raise ArgumentError(f"--model_type must be one of {sorted(SSP_MODELS)}, got {model_args.model_type!r}")
+    config_class, model_class = SSP_MODELS[model_args.model_type]
+    # Triplets need three segments; pairs keep the backbone's design (RoBERTa: one segment id, BERT/ELECTRA: two).
+    num_segments = 3 if objective.triplet else (1 if model_args.model_type == "roberta" else 2)
+    settings = {
+        "num_segments": num_segments,
+        "token_type_init": model_args.token_type_init,
+        "sep_token_id": tokenizer.sep_token_id,
+        "pad_token_id": tokenizer.pad_token_id,
+        "mlm_weight": model_args.mlm_weight,
+        "cls_weight": 0.0 if objective.mlm_only else model_args.cls_weight,
+    }
+    if model_args.model_type == "electra":
+        settings["rtd_weight"] = model_args.rtd_weight
+    if model_args.model_name_or_path:
+        loader = None
+        if model_args.model_type == "electra" and model_args.generator_name_or_path:
+            loader = functools.partial(
+                model_class.from_discriminator_and_generator, generator=model_args.generator_name_or_path
+            )
+        elif model_args.model_type == "electra" and _model_type(model_args.model_name_or_path) != "ssp_electra":
+            logger.warning(
+                "no --generator_name_or_path: the generator is a new random one with %.2g of the discriminator's "
+                "width; the papers continue from the released generator",
+                model_args.generator_size_ratio,
+            )
+            settings["generator_size_ratio"] = model_args.generator_size_ratio
+        return load_checkpoint(model_class, model_args.model_name_or_path, loader=loader, **settings)
+    if model_args.model_type == "electra":
+        settings["generator_size_ratio"] = model_args.generator_size_ratio
+    if model_args.config_name:
+        # A stock config keeps its 1- or 2-row token-type table; the model grows it to num_segments on construction.
+        config = config_class.from_pretrained(model_args.config_name, vocab_size=len(tokenizer), **settings)
+    else:
+        logger.warning("no --model_name_or_path: pre-training a tiny %s from scratch", model_args.model_type)
+        config = config_class(vocab_size=len(tokenizer), **TINY_ROBERTA, **settings)
+    return model_class(config)
