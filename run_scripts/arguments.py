@@ -109,7 +109,6 @@ def user_errors() -> tuple[type[BaseException], ...]:
     from as2hub.data_collators.hotpotqa import HotpotQAError
     from as2hub.hub_cards.run_record import PublishError
     from as2hub.modeling.onnx_backend import NotAnAS2hubRankerError, StaleOnnxExportError
-    from as2hub.serving.batch_scoring import ScoreInputError
 
     return (
         ArgumentError,
@@ -119,7 +118,6 @@ def user_errors() -> tuple[type[BaseException], ...]:
         PublishError,
         NotAnAS2hubRankerError,
         StaleOnnxExportError,
-        ScoreInputError,
         FileNotFoundError,
         NotADirectoryError,
         IsADirectoryError,

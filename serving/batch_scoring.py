@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from as2hub.serving.options import ScoreConfig
+from as2hub.training.checks import ArgumentError
 
 logger = logging.getLogger("as2hub.score")
 
@@ -20,7 +21,7 @@ JSON_SUFFIXES = (".jsonl", ".ndjson", ".json")
 PARQUET_SUFFIXES = (".parquet", ".pq")
 
 
-class ScoreInputError(ValueError):
+class ScoreInputError(ArgumentError):
     """A malformed input row or file; the message names the file and the line (row for Parquet)."""
 
 
