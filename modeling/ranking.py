@@ -29,6 +29,7 @@ from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
 from as2hub.modeling import backends
 from as2hub.modeling.backends import BACKENDS, LoadedModel, ScoringModel, check_runnable, normalize, torch_dtype
+from as2hub.modeling.cascade import cascade_order, cascade_scores
 from as2hub.modeling.first_token import first_token_last_layer
 from as2hub.modeling.segment_layout import SegmentLayout, pad_batch
 
@@ -37,9 +38,13 @@ logger = logging.getLogger("as2hub.backends")
 
 @dataclass(frozen=True)
 class RankedCandidate:
+    """One ranked candidate: its position in the input, its score and text, and ``layer``: the encoder depth that
+    scored it (the model's depth; with ``cascade_drop``, a cascade head's layer for a candidate dropped there)."""
+
     index: int
     score: float
     text: str
+    layer: int | None = None
 
 
 def context_text_pair(tokenizer, candidate: str, context: str) -> str:
@@ -205,18 +210,21 @@ class Ranker:
         lookup = dict(zip(unique, ids))
         return [lookup[text] for text in texts]
 
-    @torch.inference_mode()
-    def score_pairs(
-        self, questions: list[str], candidates: list[str], contexts: list[str] | None = None
-    ) -> torch.Tensor:
-        """Probability of "correct" for each (question, candidate[, context]), in input order."""
+    def _rows(self, questions: list[str], candidates: list[str], contexts: list[str] | None):
         if len(questions) != len(candidates) or (contexts is not None and len(contexts) != len(candidates)):
             raise ValueError("questions, candidates and contexts must have the same length")
         segments = [self._tokens(questions), self._tokens(candidates)]
         if self.contextual:
             segments.append(self._tokens(contexts or [""] * len(candidates)))
         num_types = self.model.config.type_vocab_size
-        rows = [self.layout.build(list(parts), self.max_length, num_types) for parts in zip(*segments)]
+        return [self.layout.build(list(parts), self.max_length, num_types) for parts in zip(*segments)]
+
+    @torch.inference_mode()
+    def score_pairs(
+        self, questions: list[str], candidates: list[str], contexts: list[str] | None = None
+    ) -> torch.Tensor:
+        """Probability of "correct" for each (question, candidate[, context]), in input order (the full model)."""
+        rows = self._rows(questions, candidates, contexts)
         order = sorted(range(len(rows)), key=lambda i: len(rows[i][0]))
         scores = torch.empty(len(rows))
         device = self.model.device
@@ -228,11 +236,69 @@ class Ranker:
                 scores[chunk] = self.model.logits_to_scores(logits).cpu()
         return scores
 
-    def rank(self, question: str, candidates: list[str], contexts: list[str] | None = None) -> list[RankedCandidate]:
-        """Candidates sorted by score, best first."""
-        scores = self.score_pairs([question] * len(candidates), candidates, contexts).tolist()
-        ranked = sorted(range(len(candidates)), key=lambda i: -scores[i])
-        return [RankedCandidate(i, scores[i], candidates[i]) for i in ranked]
+    def rank(
+        self,
+        question: str,
+        candidates: list[str],
+        contexts: list[str] | None = None,
+        cascade_drop: float | None = None,
+    ) -> list[RankedCandidate]:
+        """Candidates sorted by score, best first.
+
+        ``cascade_drop`` (a model with cascade heads, :mod:`as2hub.modeling.cascade`): at each head the weakest
+        ``cascade_drop`` of the remaining candidates leave; they rank below the survivors, in their head's order, and
+        their ``layer`` says which head scored them. ``None`` (the default) scores every candidate with the full model.
+
+        Example:
+            >>> ranker.rank("who wrote hamlet?", candidates, cascade_drop=0.4)  # doctest: +SKIP
+        """
+        return self.rank_many([question], [candidates], None if contexts is None else [contexts], cascade_drop)[0]
+
+    def rank_many(
+        self,
+        questions: list[str],
+        candidates: list[list[str]],
+        contexts: list[list[str]] | None = None,
+        cascade_drop: float | None = None,
+    ) -> list[list[RankedCandidate]]:
+        """:meth:`rank` for several questions at once (one list of candidates, and of contexts, per question): the
+        pairs of every question share the batches, so many short lists rank as fast as one long one."""
+        if len(candidates) != len(questions) or (contexts is not None and len(contexts) != len(questions)):
+            raise ValueError("questions, candidates and contexts need one entry per question")
+        flat_q = [q for q, cands in zip(questions, candidates) for _ in cands]
+        flat_c = [c for cands in candidates for c in cands]
+        flat_x = None
+        if contexts is not None:
+            for cands, ctx in zip(candidates, contexts):
+                if len(ctx) != len(cands):
+                    raise ValueError("each question needs one context per candidate")
+            flat_x = [x for ctx in contexts for x in ctx]
+        groups = [g for g, cands in enumerate(candidates) for _ in cands]
+        if cascade_drop is None:
+            scores = self.score_pairs(flat_q, flat_c, flat_x).tolist()
+            layers = [self.model.config.num_hidden_layers] * len(scores)
+        else:
+            result = cascade_scores(
+                self.model,
+                self._rows(flat_q, flat_c, flat_x),
+                groups,
+                cascade_drop,
+                self.batch_size,
+                self.layout.pad_token_id,
+                self.pad_to_multiple_of,
+            )
+            scores, layers = result.scores.tolist(), result.layers
+        ranked, offset = [], 0
+        for cands in candidates:
+            indices = list(range(offset, offset + len(cands)))
+            ranked.append(
+                [
+                    RankedCandidate(i - offset, scores[i], flat_c[i], layers[i])
+                    for i in cascade_order(indices, scores, layers)
+                ]
+            )
+            offset += len(cands)
+        return ranked
 
 
 def rank(model, tokenizer, question: str, candidates: list[str], contexts: list[str] | None = None, **kwargs):

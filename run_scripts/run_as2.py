@@ -84,6 +84,35 @@ class ModelArguments(LoraArguments):
         },
     )
 
+    cascade_layers: str | None = field(
+        default=None,
+        metadata={
+            "help": "Layer cascade (Soldaini & Moschitti, 2020): a classifier after each of these encoder layers, e.g. "
+            "'2,4'; rank with cascade_drop to drop weak candidates early (modeling/CASCADE.md)."
+        },
+    )
+    cascade_loss: str = field(
+        default="sample",
+        metadata={
+            "help": "With --cascade_layers: 'sample' (the paper: one classifier's loss per step, drawn uniformly, the "
+            "final one included) or 'mean' (every classifier's loss, averaged)."
+        },
+    )
+    cascade_heads_only: bool = field(
+        default=False,
+        metadata={
+            "help": "With --cascade_layers on a fine-tuned ranker: train only the new cascade heads (encoder and final "
+            "head frozen, so the full model's scores do not change); a cheap step, e.g. 1 epoch at lr 1e-3."
+        },
+    )
+
+    def cascade_overrides(self) -> dict:
+        """Config fields for the cascade flags (none without --cascade_layers)."""
+        if not self.cascade_layers:
+            return {}
+        layers = [int(part) for part in self.cascade_layers.replace(" ", "").split(",") if part]
+        return {"cascade_layers": layers, "cascade_loss": "heads" if self.cascade_heads_only else self.cascade_loss}
+
 
 @dataclass
 class DataArguments:
@@ -141,6 +170,7 @@ def load_model(model_args: ModelArguments, tokenizer, contextual: bool):
         "token_type_init": model_args.token_type_init,
         "sep_token_id": tokenizer.sep_token_id,
         "pad_token_id": tokenizer.pad_token_id,
+        **model_args.cascade_overrides(),
     }
     if model_args.model_name_or_path:
         return load_checkpoint(model_class, model_args.model_name_or_path, **overrides)
@@ -149,7 +179,7 @@ def load_model(model_args: ModelArguments, tokenizer, contextual: bool):
     return model_class(config)
 
 
-def tiny_default(contextual: bool):
+def tiny_default(contextual: bool, overrides: dict | None = None):
     """No checkpoint given: a tiny RoBERTa from scratch with a tokenizer trained on the embedded corpus.
 
     Contextual: three segment ids; pairwise: none (one row), as the paper's RoBERTa pairwise baseline.
@@ -162,7 +192,7 @@ def tiny_default(contextual: bool):
         type_vocab_size=3 if contextual else 1,
         sep_token_id=tokenizer.sep_token_id,
         pad_token_id=tokenizer.pad_token_id,
-        **TINY_ROBERTA,
+        **{**TINY_ROBERTA, **(overrides or {})},
     )
     return RobertaForContextualAS2(config), tokenizer
 
@@ -189,12 +219,41 @@ def choose_contextual(model_args: ModelArguments, train) -> bool:
     return model_args.contextual
 
 
+def freeze_all_but_cascade_heads(model, training_args) -> None:
+    """The cheap step: only ``cascade_heads`` train, so the full model's scores stay those of the loaded ranker. Dev
+    MAP (the final head's) cannot change, so neither early stopping nor the best checkpoint apply: the last heads are
+    kept."""
+    for name, parameter in model.named_parameters():
+        parameter.requires_grad = name.startswith("cascade_heads.")
+    trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    logger.info("--cascade_heads_only: training %d parameters (the cascade heads); the rest is frozen", trainable)
+    training_args.load_best_model_at_end = False
+
+
 def check_arguments(model_args: ModelArguments, data_args: DataArguments) -> None:
     """Contradictions between flags, raised before any data or model is loaded."""
     if model_args.pairwise and model_args.contextual:
         raise ArgumentError("--pairwise and --contextual true contradict each other: pass one of them")
     source = model_args.model_name_or_path or model_args.config_name
     data_args.max_length = check_max_length(data_args.max_length, source, default=DEFAULT_MAX_LENGTH)
+    if model_args.cascade_loss not in ("sample", "mean"):
+        raise ArgumentError(f"--cascade_loss must be 'sample' or 'mean', got {model_args.cascade_loss!r}")
+    if model_args.cascade_layers is not None:
+        try:
+            layers = model_args.cascade_overrides().get("cascade_layers")
+        except ValueError:
+            layers = None
+        if not layers:
+            raise ArgumentError(
+                f"--cascade_layers takes layer numbers such as '2,4', got {model_args.cascade_layers!r}"
+            )
+        if model_args.use_lora:
+            raise ArgumentError("--cascade_layers with --use_lora is not supported: train the cascade heads fully")
+    if model_args.cascade_heads_only and not (model_args.cascade_layers and model_args.model_name_or_path):
+        raise ArgumentError(
+            "--cascade_heads_only trains new cascade heads on a fine-tuned ranker: pass --model_name_or_path <ranker> "
+            "and --cascade_layers"
+        )
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -215,7 +274,9 @@ def main(argv: list[str] | None = None) -> dict:
         )
         model = load_model(model_args, tokenizer, contextual)
     else:
-        model, tokenizer = tiny_default(contextual)
+        model, tokenizer = tiny_default(contextual, model_args.cascade_overrides())
+    if model_args.cascade_heads_only:
+        freeze_all_but_cascade_heads(model, training_args)
     collator = ContextualAS2Collator(
         tokenizer, max_length=data_args.max_length, contextual=contextual, num_token_types=model.config.type_vocab_size
     )
@@ -240,7 +301,9 @@ def main(argv: list[str] | None = None) -> dict:
         train_dataset=tokenized["train"],
         eval_dataset=tokenized.get("validation"),
         compute_metrics=make_compute_metrics(splits["validation"].dataset["question_id"]) if has_dev else None,
-        callbacks=[EarlyStoppingCallback(data_args.early_stopping_patience)] if has_dev else [],
+        callbacks=[EarlyStoppingCallback(data_args.early_stopping_patience)]
+        if has_dev and training_args.load_best_model_at_end
+        else [],
     )
     resume = training_args.resume_from_checkpoint
     remove_stale_checkpoints(stale_checkpoints, training_args)

@@ -11,6 +11,15 @@ Each backbone keeps its stock config fields and adds three:
 - ``sep_token_id``: the separator used to infer segments when ``token_type_ids`` are not passed (pipelines and
   sentence-transformers' CrossEncoder send none).
 
+Two more, optional, for the layer cascade (Soldaini & Moschitti, ACL 2020; ``modeling/CASCADE.md``):
+
+- ``cascade_layers`` (list of int, default None): a classifier head after each of these encoder layers (1-based,
+  increasing, below ``num_hidden_layers``); ranking with ``cascade_drop`` drops the weakest candidates at each head.
+- ``cascade_loss`` ("sample" | "mean" | "heads"): how the heads train. "sample" (the paper's multi-task training)
+  back-propagates one uniformly drawn classifier's loss per step, the final one included; "mean" averages them all;
+  "heads" trains the cascade heads alone (the final head's loss is left out: the cheap step on an already fine-tuned
+  ranker, with the encoder frozen, so the full model's scores stay as they were).
+
 The default head has a single logit whose label is ``"correct"``, so ``pipeline("text-classification")`` returns the
 probability that a candidate is correct and ``CrossEncoder.rank`` works as is. ``num_labels=2`` gives the two-way
 softmax head of the paper; both are trained with cross-entropy.
@@ -25,7 +34,7 @@ Example:
 from huggingface_hub.dataclasses import strict
 from transformers import BertConfig, ElectraConfig, RobertaConfig
 
-from .hub_common import check_token_type_init_and_name_labels
+from .hub_common import check_cascade, check_token_type_init_and_name_labels
 
 NUM_CONTEXTUAL_SEGMENTS = 3
 
@@ -40,10 +49,13 @@ class ContextualRobertaConfig(RobertaConfig):
     token_type_init: str = "scratch"
     sep_token_id: int | None = 2
     type_vocab_size: int = NUM_CONTEXTUAL_SEGMENTS
+    cascade_layers: list[int] | None = None
+    cascade_loss: str = "sample"
 
     def __post_init__(self, **kwargs):
         super().__post_init__(**kwargs)
         check_token_type_init_and_name_labels(self, kwargs)
+        check_cascade(self)
 
 
 @strict
@@ -56,10 +68,13 @@ class ContextualElectraConfig(ElectraConfig):
     token_type_init: str = "scratch"
     sep_token_id: int | None = 102
     type_vocab_size: int = NUM_CONTEXTUAL_SEGMENTS
+    cascade_layers: list[int] | None = None
+    cascade_loss: str = "sample"
 
     def __post_init__(self, **kwargs):
         super().__post_init__(**kwargs)
         check_token_type_init_and_name_labels(self, kwargs)
+        check_cascade(self)
 
 
 @strict
@@ -72,7 +87,10 @@ class ContextualBertConfig(BertConfig):
     token_type_init: str = "scratch"
     sep_token_id: int | None = 102
     type_vocab_size: int = NUM_CONTEXTUAL_SEGMENTS
+    cascade_layers: list[int] | None = None
+    cascade_loss: str = "sample"
 
     def __post_init__(self, **kwargs):
         super().__post_init__(**kwargs)
         check_token_type_init_and_name_labels(self, kwargs)
+        check_cascade(self)

@@ -105,6 +105,27 @@ def check_token_type_init_and_name_labels(config, kwargs: dict) -> None:
     config.label2id = {label: i for i, label in config.id2label.items()}
 
 
+CASCADE_LOSSES = ("sample", "mean", "heads")
+
+
+def check_cascade(config) -> None:
+    """Validate ``cascade_layers`` (increasing encoder layers, 1-based, below the last) and ``cascade_loss``."""
+    layers = getattr(config, "cascade_layers", None)
+    if getattr(config, "cascade_loss", "sample") not in CASCADE_LOSSES:
+        raise ValueError(f"cascade_loss must be one of {CASCADE_LOSSES}, got {config.cascade_loss!r}")
+    if not layers:
+        config.cascade_layers = None
+        return
+    layers = [int(layer) for layer in layers]
+    depth = config.num_hidden_layers
+    if layers != sorted(set(layers)) or layers[0] < 1 or layers[-1] >= depth:
+        raise ValueError(
+            f"cascade_layers must be increasing layer numbers from 1 to {depth - 1} (the model's last layer, "
+            f"{depth}, is the full model's head), got {layers}"
+        )
+    config.cascade_layers = layers
+
+
 class TokenTypeGrowthMixin:
     """Gives the token-type table the rows the model needs on every construction path, and saves a complete
     ``auto_map``.

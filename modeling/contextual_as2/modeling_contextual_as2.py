@@ -16,8 +16,12 @@ Example:
     >>> model.score(**batch)  # probability that each candidate is correct  # doctest: +SKIP
 """
 
+from dataclasses import dataclass
+from types import SimpleNamespace
+
 import torch
 from torch import nn
+from transformers.masking_utils import create_bidirectional_mask
 from transformers.modeling_outputs import SequenceClassifierOutput
 from transformers.models.bert.modeling_bert import BertModel, BertPreTrainedModel
 from transformers.models.electra.modeling_electra import (
@@ -40,6 +44,30 @@ from .configuration_contextual_as2 import (
 from .hub_common import POSITIVE_LABEL, TokenTypeGrowthMixin, infer_token_type_ids
 
 
+@dataclass
+class ContextualAS2Output(SequenceClassifierOutput):
+    """``SequenceClassifierOutput`` plus ``cascade_logits``: one tensor per cascade head (``config.cascade_layers``),
+    set in training and when ``output_cascade_logits=True`` is passed."""
+
+    cascade_logits: tuple[torch.Tensor, ...] | None = None
+
+
+class CascadeHead(nn.Module):
+    """A classifier after an intermediate layer (Soldaini & Moschitti, 2020): dense + tanh on the first token, then the
+    final head's number of labels, so ``logits_to_scores`` reads it the same way."""
+
+    def __init__(self, config):
+        super().__init__()
+        dropout = getattr(config, "classifier_dropout", None)
+        self.dropout = nn.Dropout(dropout if dropout is not None else config.hidden_dropout_prob)
+        self.dense = nn.Linear(config.hidden_size, config.hidden_size)
+        self.out_proj = nn.Linear(config.hidden_size, config.num_labels)
+
+    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        first = self.dropout(hidden_states[:, 0])
+        return self.out_proj(self.dropout(torch.tanh(self.dense(first))))
+
+
 class ContextualAS2Mixin(TokenTypeGrowthMixin):
     """What the three backbones share: segment inference, the loss, `score`, table growth and a complete auto_map.
 
@@ -60,7 +88,7 @@ class ContextualAS2Mixin(TokenTypeGrowthMixin):
         inputs_embeds: torch.Tensor | None = None,
         labels: torch.Tensor | None = None,
         **kwargs,
-    ) -> SequenceClassifierOutput:
+    ) -> ContextualAS2Output:
         r"""
         token_type_ids (`torch.LongTensor` of shape `(batch_size, sequence_length)`, *optional*):
             0 = question, 1 = candidate, 2 = context. When omitted they are derived from the separator tokens.
@@ -70,13 +98,18 @@ class ContextualAS2Mixin(TokenTypeGrowthMixin):
             context its own id 2. Ids from the as2hub collators already equal the derived ones.
         labels (`torch.LongTensor` of shape `(batch_size,)`, *optional*):
             1 if the candidate is a correct answer, else 0. Cross-entropy (binary with a single logit).
+        output_cascade_logits (`bool`, *optional*):
+            With ``config.cascade_layers``: also return each cascade head's logits (always in training, where the loss
+            follows ``config.cascade_loss``).
         """
         return_dict = kwargs.pop("return_dict", None)
-        if input_ids is not None and (token_type_ids is None or self.config.contextual):
-            derived = infer_token_type_ids(
-                input_ids, self.config.sep_token_id, self.config.type_vocab_size, attention_mask
-            )
-            token_type_ids = derived if token_type_ids is None else torch.maximum(token_type_ids, derived)
+        token_type_ids = self._segment_ids(input_ids, attention_mask, token_type_ids)
+        heads = self.cascade_heads
+        want_cascade = heads is not None and (kwargs.pop("output_cascade_logits", False) or self.training)
+        kwargs.pop("output_cascade_logits", None)
+        want_hidden = bool(kwargs.get("output_hidden_states") or self.config.output_hidden_states)
+        if want_cascade:
+            kwargs["output_hidden_states"] = True
         outputs = self.base_model(
             input_ids,
             attention_mask=attention_mask,
@@ -87,11 +120,74 @@ class ContextualAS2Mixin(TokenTypeGrowthMixin):
             **kwargs,
         )
         logits = self._classify(outputs)
-        loss = self._loss(logits, labels) if labels is not None else None
-        output = SequenceClassifierOutput(
-            loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
+        cascade_logits = None
+        if want_cascade:  # hidden_states[k] is the output of layer k (0: the embeddings)
+            cascade_logits = tuple(
+                head(outputs.hidden_states[layer]) for head, layer in zip(heads, self.config.cascade_layers)
+            )
+        loss = self._training_loss(logits, cascade_logits, labels) if labels is not None else None
+        output = ContextualAS2Output(
+            loss=loss,
+            logits=logits,
+            hidden_states=outputs.hidden_states if want_hidden else None,
+            attentions=outputs.attentions,
+            cascade_logits=cascade_logits,
         )
         return output.to_tuple() if return_dict is False else output
+
+    def _segment_ids(self, input_ids, attention_mask, token_type_ids):
+        if input_ids is not None and (token_type_ids is None or self.config.contextual):
+            derived = infer_token_type_ids(
+                input_ids, self.config.sep_token_id, self.config.type_vocab_size, attention_mask
+            )
+            token_type_ids = derived if token_type_ids is None else torch.maximum(token_type_ids, derived)
+        return token_type_ids
+
+    def _init_cascade_heads(self) -> None:
+        layers = self.config.cascade_layers or ()
+        self.cascade_heads = nn.ModuleList(CascadeHead(self.config) for _ in layers) if layers else None
+
+    def _training_loss(self, logits, cascade_logits, labels):
+        """The final head's loss; in training with cascade heads, per ``config.cascade_loss``: one classifier drawn
+        uniformly per step (the paper's multi-task training), the mean of all, or the cascade heads' mean alone."""
+        if cascade_logits is None or not self.training:
+            return self._loss(logits, labels)
+        mode = self.config.cascade_loss
+        if mode == "heads":
+            return torch.stack([self._loss(head, labels) for head in cascade_logits]).mean()
+        every = (*cascade_logits, logits)
+        if mode == "mean":
+            return torch.stack([self._loss(head, labels) for head in every]).mean()
+        drawn = int(torch.randint(len(every), ()))
+        return self._loss(every[drawn], labels)
+
+    # Staged inference for the layer cascade: the ranker embeds once, runs the encoder in slices between heads, reads
+    # a head's logits, and carries the survivors' hidden states on (``as2hub.modeling.cascade``).
+    def cascade_embed(self, input_ids, attention_mask=None, token_type_ids=None) -> torch.Tensor:
+        """The encoder's input: embeddings (and ELECTRA's projection) of a batch, as the full forward computes them."""
+        token_type_ids = self._segment_ids(input_ids, attention_mask, token_type_ids)
+        base = self.base_model
+        hidden = base.embeddings(input_ids=input_ids, token_type_ids=token_type_ids)
+        project = getattr(base, "embeddings_project", None)
+        return project(hidden) if project is not None else hidden
+
+    def cascade_encode(self, hidden: torch.Tensor, attention_mask: torch.Tensor, start: int, end: int):
+        """Encoder layers ``start`` .. ``end - 1`` (0-based) on ``hidden``; ``attention_mask`` is the 0/1 padding mask."""
+        mask = create_bidirectional_mask(config=self.config, inputs_embeds=hidden, attention_mask=attention_mask)
+        for layer in self.base_model.encoder.layer[start:end]:
+            hidden = layer(hidden, mask)
+            hidden = hidden[0] if isinstance(hidden, tuple) else hidden
+        return hidden
+
+    def cascade_head_logits(self, index: int, hidden: torch.Tensor) -> torch.Tensor:
+        """Logits of cascade head ``index`` (after layer ``config.cascade_layers[index]``) on that layer's output."""
+        return self.cascade_heads[index](hidden)
+
+    def classify_hidden(self, hidden: torch.Tensor) -> torch.Tensor:
+        """The final head's logits on the last layer's output (what ``forward`` returns as ``logits``)."""
+        pooler = getattr(self.base_model, "pooler", None)
+        pooled = pooler(hidden) if pooler is not None else None
+        return self._classify(SimpleNamespace(last_hidden_state=hidden, pooler_output=pooled))
 
     def _loss(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
         labels = labels.to(logits.device).view(-1)
@@ -128,6 +224,7 @@ class RobertaForContextualAS2(ContextualAS2Mixin, RobertaPreTrainedModel):
         super().__init__(config)
         self.roberta = RobertaModel(config, add_pooling_layer=False)
         self.classifier = RobertaClassificationHead(config)
+        self._init_cascade_heads()
         self.post_init()
 
     def _classify(self, outputs):
@@ -143,6 +240,7 @@ class ElectraForContextualAS2(ContextualAS2Mixin, ElectraPreTrainedModel):
         super().__init__(config)
         self.electra = ElectraModel(config)
         self.classifier = ElectraClassificationHead(config)
+        self._init_cascade_heads()
         self.post_init()
 
     def _classify(self, outputs):
@@ -160,6 +258,7 @@ class BertForContextualAS2(ContextualAS2Mixin, BertPreTrainedModel):
         dropout = config.classifier_dropout if config.classifier_dropout is not None else config.hidden_dropout_prob
         self.dropout = nn.Dropout(dropout)
         self.classifier = nn.Linear(config.hidden_size, config.num_labels)
+        self._init_cascade_heads()
         self.post_init()
 
     def _classify(self, outputs):
