@@ -21,7 +21,6 @@ Example:
     [RankedCandidate(index=3, score=0.97, text='...', layer=6), ..., RankedCandidate(index=7, ..., layer=2)]
 """
 
-import contextlib
 from dataclasses import dataclass
 
 import torch
@@ -58,7 +57,7 @@ def check_cascade(model, drop: float) -> None:
             "`as2hub-train --cascade_layers 2,4` or add them to a fine-tuned ranker with `--cascade_heads_only` "
             "(modeling/CASCADE.md)"
         )
-    if not hasattr(model, "cascade_encode"):
+    if not (hasattr(model, "cascade_encode") or hasattr(model, "cascade_stages")):
         raise NoCascadeHeadsError(
             f"{type(model).__name__} cannot run the cascade's stages: use backend 'torch', 'torch-bf16' or a CUDA "
             "backend (modeling/CASCADE.md)"
@@ -82,6 +81,43 @@ def _pad_hidden(states: list[torch.Tensor], multiple: int | None) -> tuple[torch
     return hidden, mask
 
 
+class TorchStages:
+    """The cascade's stages on a torch model (fp32, bf16, CUDA): what :func:`cascade_scores` asks of a backend.
+
+    ``run(stage, batch=None, hidden=None, attention_mask=None) -> (hidden, logits)``: stage 0 takes a padded token
+    batch, a later stage the hidden states the previous stage returned (re-padded) and their 0/1 mask; each returns
+    its last layer's hidden states (``None`` for the last stage, whose last layer computes the first token only) and
+    its head's logits. Another backend (the ONNX stage graphs) provides the same method.
+    """
+
+    def __init__(self, model):
+        self.model = model
+        self.stages = [*cascade_layers(model), model.config.num_hidden_layers]
+        self.device = model.device
+
+    def run(self, stage: int, batch=None, hidden=None, attention_mask=None):
+        model = self.model
+        start = self.stages[stage - 1] if stage else 0
+        end = self.stages[stage]
+        if stage == 0:
+            batch = {key: value.to(self.device) for key, value in batch.items()}
+            attention_mask = batch["attention_mask"]
+            hidden = model.cascade_embed(**batch)
+        if stage == len(self.stages) - 1:
+            with first_token_last_layer(model):  # the final head reads the first token only
+                hidden = model.cascade_encode(hidden, attention_mask, start, end)
+                return None, model.classify_hidden(hidden)
+        hidden = model.cascade_encode(hidden, attention_mask, start, end)
+        return hidden, model.cascade_head_logits(stage, hidden)
+
+
+def stage_runner(model):
+    """The object that runs ``model``'s cascade stages: the model's own (``cascade_stages()``, e.g. an ONNX backend)
+    or :class:`TorchStages`."""
+    own = getattr(model, "cascade_stages", None)
+    return own() if callable(own) else TorchStages(model)
+
+
 @torch.inference_mode()
 def cascade_scores(
     model,
@@ -98,38 +134,32 @@ def cascade_scores(
     at least one stays) leave with that head's score. Returns every row's score and the layer that gave it.
     """
     check_cascade(model, drop)
-    depth = model.config.num_hidden_layers
-    stages = [*cascade_layers(model), depth]
-    device = model.device
+    runner = stage_runner(model)
+    stages = runner.stages
     scores = torch.empty(len(rows))
     layers = [0] * len(rows)
     hidden: dict[int, torch.Tensor] = {}
     alive = list(range(len(rows)))
-    start = 0
     for stage, end in enumerate(stages):
-        last = end == depth
+        last = stage == len(stages) - 1
         order = sorted(alive, key=lambda i: len(rows[i][0]))
         stage_scores = {}
-        with first_token_last_layer(model) if last else contextlib.nullcontext():
-            for offset in range(0, len(order), batch_size):
-                chunk = order[offset : offset + batch_size]
-                if stage == 0:
-                    batch = pad_batch([rows[i] for i in chunk], pad_token_id, pad_to_multiple_of)
-                    batch = {key: value.to(device) for key, value in batch.items()}
-                    mask = batch["attention_mask"]
-                    states = model.cascade_embed(**batch)
-                else:
-                    states, mask = _pad_hidden([hidden.pop(i) for i in chunk], pad_to_multiple_of)
-                states = model.cascade_encode(states, mask, start, end)
-                if last:
-                    logits = model.classify_hidden(states)
-                else:
-                    logits = model.cascade_head_logits(stage, states)
-                    lengths = mask.sum(dim=1).tolist()
-                    for row, i in enumerate(chunk):
-                        hidden[i] = states[row, : lengths[row]]
-                for i, value in zip(chunk, model.logits_to_scores(logits.float()).cpu().tolist()):
-                    stage_scores[i] = value
+        for offset in range(0, len(order), batch_size):
+            chunk = order[offset : offset + batch_size]
+            if stage == 0:
+                batch = pad_batch([rows[i] for i in chunk], pad_token_id, pad_to_multiple_of)
+                lengths = batch["attention_mask"].sum(dim=1).tolist()
+                states, logits = runner.run(0, batch=batch)
+            else:
+                states, mask = _pad_hidden([hidden.pop(i) for i in chunk], pad_to_multiple_of)
+                lengths = mask.sum(dim=1).tolist()
+                states, logits = runner.run(stage, hidden=states, attention_mask=mask)
+            if not last:
+                for row, i in enumerate(chunk):
+                    hidden[i] = states[row, : lengths[row]]
+            logits = torch.as_tensor(logits).float()
+            for i, value in zip(chunk, model.logits_to_scores(logits).cpu().tolist()):
+                stage_scores[i] = value
         for i, value in stage_scores.items():
             scores[i] = value
             layers[i] = end
@@ -139,7 +169,6 @@ def cascade_scores(
         survivors = set(alive)
         for i in [i for i in hidden if i not in survivors]:  # the dropped rows' states are not needed again
             del hidden[i]
-        start = end
     return CascadeResult(scores=scores, layers=layers, stages=stages)
 
 
