@@ -22,7 +22,7 @@ so the pipeline, sentence-transformers' ``CrossEncoder`` and :class:`Ranker` giv
 """
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 from transformers import AutoModelForSequenceClassification, AutoTokenizer
@@ -44,7 +44,7 @@ class RankedCandidate:
     index: int
     score: float
     text: str
-    layer: int | None = None
+    layer: int | None = field(default=None, kw_only=True)  # keyword-only: subclasses keep their positional fields
 
 
 def context_text_pair(tokenizer, candidate: str, context: str) -> str:
@@ -293,7 +293,7 @@ class Ranker:
             indices = list(range(offset, offset + len(cands)))
             ranked.append(
                 [
-                    RankedCandidate(i - offset, scores[i], flat_c[i], layers[i])
+                    RankedCandidate(i - offset, scores[i], flat_c[i], layer=layers[i])
                     for i in cascade_order(indices, scores, layers)
                 ]
             )

@@ -43,6 +43,7 @@ at the same path; replicas go to any node with free CPUs (``--threads`` CPUs eac
 """
 
 import argparse
+import json
 import logging
 import os
 import signal
@@ -81,6 +82,12 @@ def check_folders(config: ServeConfig) -> None:
     for name in ("max_texts", "max_batch_size", "max_length", "batch_size", "max_request_bytes"):
         if getattr(config, name) is not None and getattr(config, name) < 1:
             raise ArgumentError(f"--{name} must be at least 1, got {getattr(config, name)}")
+    if config.cascade_drop is not None and Path(config.model, "config.json").is_file():
+        if not json.loads(Path(config.model, "config.json").read_text()).get("cascade_layers"):
+            raise ArgumentError(
+                f"--cascade_drop needs a model with cascade heads: {config.model} has none (train them with "
+                "as2hub-train --cascade_layers 2,4, or --cascade_heads_only on this ranker)"
+            )
 
 
 def require_serve():
@@ -139,9 +146,18 @@ def parse_args(argv=None):
         help="request bodies above this answer 413 (default: 2,000,000 bytes, as text-embeddings-inference)",
     )
     parser.add_argument(
+        "--cascade_drop",
+        type=float,
+        default=None,
+        help="layer cascade: drop this fraction of a request's remaining texts at each cascade head (a model trained "
+        "with --cascade_layers); a request's own cascade_drop wins; default: the full model",
+    )
+    parser.add_argument(
         "--address", default=None, help="a running Ray cluster (auto, or HOST:6379); default: a local one"
     )
     args = parser.parse_args(argv)
+    if args.cascade_drop is not None and not 0.0 <= args.cascade_drop < 1.0:
+        raise ArgumentError(f"--cascade_drop is a fraction in [0, 1), got {args.cascade_drop}")
     for name in ("replicas", "port"):
         if getattr(args, name) < 1:
             raise ArgumentError(f"--{name} must be at least 1, got {getattr(args, name)}")
@@ -161,6 +177,7 @@ def config_from_args(args) -> ServeConfig:
         max_batch_size=args.max_batch_size,
         batch_wait_ms=args.batch_wait_ms,
         max_request_bytes=args.max_request_bytes,
+        cascade_drop=args.cascade_drop,
     )
 
 

@@ -110,6 +110,7 @@ class TEIRequest(BaseModel):
     return_text: bool = False
     truncate: bool = True  # TEI's flag: texts are always truncated to the model's max length
     contexts: list[Text | None] | None = None
+    cascade_drop: float | None = Field(default=None, ge=0.0, lt=1.0)
 
 
 class Document(BaseModel):
@@ -126,6 +127,7 @@ class CohereRequest(BaseModel):
     return_documents: bool = False
     contexts: list[Text | None] | None = None
     model: str | None = None
+    cascade_drop: float | None = Field(default=None, ge=0.0, lt=1.0)
 
 
 api = FastAPI(title="as2hub reranker", description="TEI /rerank and Cohere/Jina /v1/rerank for as2hub rankers")
@@ -145,6 +147,8 @@ async def http_error(request: Request, error: StarletteHTTPException):
 def with_stage(item: dict, ranked: Ranked) -> dict:
     if ranked.stage is not None:
         item["stage"] = ranked.stage
+    if ranked.layer is not None:
+        item["layer"] = ranked.layer
     return item
 
 
@@ -158,6 +162,7 @@ class Reranker:
         RequestBodyLimit.replica_max_bytes = self.config.max_request_bytes
         self.scorer = RerankScorer(self.config)
         self.name = Path(self.config.model).name or self.config.model
+        self.scorer.check_cascade_drop(self.config.cascade_drop)  # a --cascade_drop the model cannot run: no replica
         self.rank_batch.set_max_batch_size(self.config.max_batch_size)
         self.rank_batch.set_batch_wait_timeout_s(self.config.batch_wait_ms / 1000.0)
         logger.info("replica %d serves %s (%s)", os.getpid(), self.config.model, self.scorer.kind)
@@ -166,7 +171,15 @@ class Reranker:
     async def rank_batch(self, queries: list[Query]) -> list:
         return await asyncio.to_thread(self.scorer.rank_each, queries)
 
-    def query(self, question: str, texts: list[str], contexts: list[str | None] | None) -> Query:
+    def query(
+        self, question: str, texts: list[str], contexts: list[str | None] | None, cascade_drop: float | None = None
+    ) -> Query:
+        if cascade_drop is None:
+            cascade_drop = self.config.cascade_drop
+        try:
+            self.scorer.check_cascade_drop(cascade_drop)
+        except ValueError as error:
+            raise HTTPException(422, f"cascade_drop: {one_line(error)}") from error
         if len(texts) > self.config.max_texts:
             raise HTTPException(413, f"{len(texts)} texts: this service takes at most {self.config.max_texts}")
         if contexts is not None:
@@ -175,7 +188,7 @@ class Reranker:
             if len(contexts) != len(texts):
                 raise HTTPException(422, f"contexts has {len(contexts)} items for {len(texts)} texts")
             contexts = [context or "" for context in contexts]
-        return Query(question, list(texts), contexts)
+        return Query(question, list(texts), contexts, cascade_drop)
 
     async def ranked(self, query: Query) -> list[Ranked]:
         result = await self.rank_batch(query)
@@ -193,7 +206,7 @@ class Reranker:
 
     @api.post("/rerank")
     async def rerank(self, body: TEIRequest):
-        ranked = await self.ranked(self.query(body.query, body.texts, body.contexts))
+        ranked = await self.ranked(self.query(body.query, body.texts, body.contexts, body.cascade_drop))
         out = []
         for r in ranked:
             item = {"index": r.index, "score": raw_score(r.score) if body.raw_scores else r.score}
@@ -210,7 +223,7 @@ class Reranker:
             if contexts is not None:
                 raise HTTPException(422, "give contexts either in documents or in contexts, not both")
             contexts = [None if isinstance(d, str) else d.context for d in body.documents]
-        ranked = await self.ranked(self.query(body.query, texts, contexts))
+        ranked = await self.ranked(self.query(body.query, texts, contexts, body.cascade_drop))
         results = []
         for r in ranked[: body.top_n]:
             item = {"index": r.index, "relevance_score": r.score}

@@ -54,6 +54,8 @@ class ServeConfig(RankerOptions):
     max_batch_size: int = 32
     batch_wait_ms: float = 5.0
     max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES  # larger request bodies answer 413
+    # the layer cascade's drop for requests that do not say (None: the full model); needs a model with cascade heads
+    cascade_drop: float | None = None
 
 
 @dataclass

@@ -25,6 +25,7 @@ class Query:
     question: str
     texts: list[str]
     contexts: list[str] | None = None  # None: no request gave one (a None item of a request arrives as "")
+    cascade_drop: float | None = None  # the layer cascade's drop (None: the full model)
 
 
 @dataclass(frozen=True)
@@ -32,6 +33,7 @@ class Ranked:
     index: int
     score: float
     stage: str | None = None  # "joint" / "pairwise" for joint models, None otherwise
+    layer: int | None = None  # with a cascade_drop: the encoder layer whose head scored it (the model's depth: all)
 
 
 def is_joint_folder(path: str) -> bool:
@@ -89,7 +91,9 @@ class RerankScorer:
     def rank_many(self, queries: list[Query]) -> list[list[Ranked]]:
         """Every query's texts best first (ties keep the input order), scored together where the model allows."""
         if self.ranker is not None:
-            return self._split(queries, self._pairwise_scores(self.ranker, queries))
+            if all(q.cascade_drop is None for q in queries):
+                return self._split(queries, self._pairwise_scores(self.ranker, queries))
+            return self._cascade(queries)
         if self.joint.pairwise is None:
             return [[Ranked(r.index, r.score, r.stage) for r in self.joint.rank(q.question, q.texts)] for q in queries]
         pairwise = self._per_query(queries, self._pairwise_scores(self.joint.pairwise, queries))
@@ -106,6 +110,31 @@ class RerankScorer:
         if ranker.contextual and any(q.contexts is not None for q in queries):
             contexts = [c for q in queries for c in (q.contexts if q.contexts is not None else [""] * len(q.texts))]
         return ranker.score_pairs(questions, texts, contexts).tolist()
+
+    def check_cascade_drop(self, drop: float | None) -> None:
+        """Raise :class:`~as2hub.modeling.cascade.NoCascadeHeadsError` (a ValueError) when ``drop`` cannot be served."""
+        if drop is None:
+            return
+        from as2hub.modeling.cascade import check_cascade
+
+        if self.ranker is None:
+            raise ValueError("cascade_drop needs a pairwise or contextual ranker with cascade heads, not a joint model")
+        check_cascade(self.ranker.model, drop)
+
+    def _cascade(self, queries: list[Query]) -> list[list[Ranked]]:
+        """The requests of each ``cascade_drop`` together in one ``Ranker.rank_many`` call (None: the full model)."""
+        out: list = [None] * len(queries)
+        for drop in dict.fromkeys(q.cascade_drop for q in queries):
+            picked = [i for i, q in enumerate(queries) if q.cascade_drop == drop]
+            contexts = None
+            if self.ranker.contextual and any(queries[i].contexts is not None for i in picked):
+                contexts = [queries[i].contexts or [""] * len(queries[i].texts) for i in picked]
+            ranked = self.ranker.rank_many(
+                [queries[i].question for i in picked], [queries[i].texts for i in picked], contexts, drop
+            )
+            for i, one in zip(picked, ranked):
+                out[i] = [Ranked(r.index, r.score, layer=r.layer if drop is not None else None) for r in one]
+        return out
 
     @staticmethod
     def _per_query(queries: list[Query], scores: list[float]) -> list[list[float]]:

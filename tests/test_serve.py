@@ -48,13 +48,18 @@ BATCH_WAIT_MS = 50.0  # the loopback services' batch window: concurrent clients 
 BREAKS_SCORING = "generators yield values " * 60  # ~240 tokens: past the 136 positions of /fragile's model
 
 
-def tiny_ranker(stock_checkpoint, folder, contextual, seed=1):
+def tiny_ranker(stock_checkpoint, folder, contextual, seed=1, **overrides):
     source = stock_checkpoint("bert")
     tokenizer = AutoTokenizer.from_pretrained(source)
     torch.manual_seed(0)
     model = CONTEXTUAL_MODELS["bert"][1].from_pretrained(
-        source, contextual=contextual, sep_token_id=tokenizer.sep_token_id
+        source, contextual=contextual, sep_token_id=tokenizer.sep_token_id, **overrides
     )
+    if model.cascade_heads is not None:  # a cascade head whose scores spread too
+        with torch.no_grad():
+            for head in model.cascade_heads:
+                head.dense.weight.normal_(0.0, 1.0)
+                head.out_proj.weight.normal_(0.0, 2.0)
 
     def score(m):
         contexts = [c or "" for c in CONTEXTS] if contextual else None
@@ -82,7 +87,8 @@ def folders(stock_checkpoint, tmp_path_factory):
     root = tmp_path_factory.mktemp("serve-models")
     return {
         "pairwise": tiny_ranker(stock_checkpoint, root / "pairwise", contextual=False, seed=3),
-        "contextual": tiny_ranker(stock_checkpoint, root / "contextual", contextual=True, seed=1),
+        # with a cascade head after layer 1 of 2: the full model's scores are those of a model without it
+        "contextual": tiny_ranker(stock_checkpoint, root / "contextual", contextual=True, seed=1, cascade_layers=[1]),
         "joint": tiny_joint(stock_checkpoint, root / "joint"),
     }
 
@@ -110,6 +116,25 @@ def test_a_batch_of_requests_gives_each_requests_own_ranker_scores(folders):
         assert [r.score for r in ranked] == pytest.approx([r.score for r in expected], abs=1e-5)
     assert max(r.score for r in got[0]) - min(r.score for r in got[0]) > 0.2  # scores spread: not a constant
     assert [r.score for r in got[0]] != pytest.approx([r.score for r in got[2]], abs=1e-3)  # contexts count
+
+
+def test_requests_with_a_cascade_drop_rank_as_the_rankers_cascade(folders):
+    scorer = RerankScorer(config(folders, "contextual", batch_size=4))
+    ranker = Ranker.from_pretrained(folders["contextual"], max_length=MAX_LENGTH)
+    contexts = [c or "" for c in CONTEXTS]
+    queries = [Query(QUESTION, TEXTS, contexts, 0.5), Query(*OTHER), Query(QUESTION, TEXTS, contexts)]
+    got = scorer.rank_many(queries)
+    expected = ranker.rank(QUESTION, TEXTS, contexts, cascade_drop=0.5)
+    assert [(r.index, r.layer) for r in got[0]] == [(r.index, r.layer) for r in expected]
+    assert [r.layer for r in got[0]] == [2, 2, 2, 1, 1, 1]  # 6 texts, drop 0.5: 3 leave at the head after layer 1
+    assert [r.score for r in got[0]] == pytest.approx([r.score for r in expected], abs=1e-5)
+    full = ranker.rank(QUESTION, TEXTS, contexts)
+    assert [r.index for r in got[2]] == [r.index for r in full] and {r.layer for r in got[2]} == {None}
+    assert [r.index for r in got[1]] == [r.index for r in ranker.rank(*OTHER)]
+    with pytest.raises(ValueError, match="cascade heads"):
+        RerankScorer(config(folders, "pairwise")).check_cascade_drop(0.4)
+    with pytest.raises(ValueError, match=r"\[0, 1\)"):
+        scorer.check_cascade_drop(1.5)
 
 
 def test_the_cascade_and_a_joint_model_alone_rank_as_joint_ranker(folders):
@@ -168,6 +193,9 @@ def test_wrong_folders_are_named_before_ray_starts(folders, tmp_path):
         check_folders(config(folders, "pairwise", max_texts=0))
     with pytest.raises(ArgumentError, match="--max_request_bytes must be at least 1"):
         check_folders(config(folders, "pairwise", max_request_bytes=0))
+    with pytest.raises(ArgumentError, match="--cascade_drop needs a model with cascade heads"):
+        check_folders(config(folders, "pairwise", cascade_drop=0.4))
+    check_folders(config(folders, "contextual", cascade_drop=0.4))
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -269,6 +297,24 @@ def assert_error(answer: Answer, status: int, error_type: str, message: str) -> 
 
 @needs_serve
 @pytest.mark.slow
+def test_a_cascade_drop_over_http_ranks_as_the_rankers_cascade(service, folders):
+    ranker = Ranker.from_pretrained(folders["contextual"], max_length=MAX_LENGTH)
+    expected = ranker.rank(QUESTION, TEXTS, [c or "" for c in CONTEXTS], cascade_drop=0.5)
+    tei = post(f"{service}/ctx/rerank", {"query": QUESTION, "texts": TEXTS, "contexts": CONTEXTS, "cascade_drop": 0.5})
+    assert tei.status_code == 200, tei.text
+    assert [(r["index"], r["layer"]) for r in tei.json()] == [(r.index, r.layer) for r in expected]
+    assert_scores([r["score"] for r in tei.json()], [r.score for r in expected])
+    documents = [t if c is None else {"text": t, "context": c} for t, c in zip(TEXTS, CONTEXTS)]
+    cohere = post(f"{service}/ctx/v1/rerank", {"query": QUESTION, "documents": documents, "cascade_drop": 0.5})
+    assert [(r["index"], r["layer"]) for r in cohere.json()["results"]] == [(r.index, r.layer) for r in expected]
+    plain = post(f"{service}/ctx/rerank", {"query": QUESTION, "texts": TEXTS, "contexts": CONTEXTS})
+    assert all("layer" not in r for r in plain.json())  # nothing changes for a request that does not ask
+    no_heads = post(f"{service}/fragile/rerank", {"query": QUESTION, "texts": TEXTS, "cascade_drop": 0.5})
+    assert_error(no_heads, 422, "Validation", "cascade heads")
+    assert_error(post(f"{service}/ctx/rerank", {"query": QUESTION, "texts": TEXTS, "cascade_drop": 1.0}), 422,
+                 "Validation", "cascade_drop")  # fmt: skip
+
+
 def test_both_request_shapes_give_ranker_scores(service, folders):
     ranker = Ranker.from_pretrained(folders["contextual"], max_length=MAX_LENGTH)
     expected = ranker.rank(QUESTION, TEXTS, [c or "" for c in CONTEXTS])
