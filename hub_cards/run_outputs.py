@@ -1,5 +1,5 @@
-"""What a run leaves behind: ranked test predictions and the Hub folder (weights, remote code, run record, card),
-written atomically (``as2hub.modeling.files``)."""
+"""What a run leaves behind: ranked test predictions and the Hub folder (weights, remote code, run record, card) of a
+fine-tuning or a pre-training run, written atomically (``as2hub.modeling.files``)."""
 
 import json
 from collections import defaultdict
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
-from as2hub.modeling.files import staged_folder, write_text_atomic
+from as2hub.modeling.files import staged_folder, write_json_atomic, write_text_atomic
 from as2hub.modeling.scores import probability_of_correct
 
 
@@ -96,3 +96,45 @@ def save_hub_folder(
             model_id=str(output_dir),
         )
     return record
+
+
+def save_pretraining_folder(
+    output_dir, trainer, model, tokenizer, arguments: dict, results: dict, joint_batch: dict | None = None
+) -> None:
+    """Save a pre-training run (``run_pretrain.py``): the model and tokenizer, ``pretrain_results.json``, the run
+    record and card (family ``ssp_pretraining``, loaded with ``AutoModelForPreTraining``); an ELECTRA's discriminator
+    also in ``discriminator/`` (its own component). ``arguments``: the run's ``{"model", "data", "training"}``
+    arguments. A joint (MSPP) model passes ``joint_batch``, the collated batch its reference outputs are computed on
+    (the slot layout is not a tokenizer pair). Everything is written to a staging folder and renamed into place: a
+    crash keeps the previous model."""
+    from as2hub.hub_cards.run_record import component, record_run
+
+    with staged_folder(output_dir) as staging:
+        trainer.save_model(str(staging))
+        tokenizer.save_pretrained(staging)
+        components = {}
+        if arguments["model"].model_type == "electra" and joint_batch is None:
+            exported = model.export_discriminator(f"{staging}/discriminator")
+            tokenizer.save_pretrained(f"{staging}/discriminator")
+            auto = "AutoModelForSequenceClassification"
+            components["discriminator"] = component("discriminator", exported, tokenizer, auto, trust_remote_code=False)
+        write_json_atomic(f"{staging}/pretrain_results.json", results)
+        overrides = {"return_mlm_logits": True}
+        if joint_batch is not None:
+            auto = "AutoModelForPreTraining"
+            components = {
+                "model": component(".", model, tokenizer, auto, config_overrides=overrides, batch=joint_batch)
+            }
+        record_run(
+            staging,
+            "ssp_pretraining",
+            model,
+            tokenizer,
+            arguments,
+            results,
+            "pretrain_results.json",
+            components,
+            auto_class="AutoModelForPreTraining",
+            config_overrides=overrides,
+            model_id=str(output_dir),
+        )

@@ -1,17 +1,33 @@
 """The pre-training models ``run_pretrain.py`` trains: an ``*ForSSPPretraining`` model for the sentence-level
 objectives, an ``*ForJointPretraining`` model (MLM + MSPP) for the grouped one, continued from a checkpoint, from a
-config, or tiny from scratch. ``model_args`` is the command's ``PretrainModelArguments`` (any object with its fields).
+config, or tiny from scratch; and their tokenizer. ``model_args`` is the command's ``PretrainModelArguments`` (any
+object with its fields).
 """
 
 import functools
 import logging
 
+from transformers import AutoTokenizer
+
 from as2hub.data_collators import Objective, resolve_objective
+from as2hub.data_collators.tokenizer_training import train_corpus_tokenizer
 from as2hub.modeling import JOINT_PRETRAINING_MODELS, SSP_MODELS
 from as2hub.modeling.loading import load_checkpoint
 from as2hub.training.checks import TINY_ROBERTA, ArgumentError, load_config
 
 logger = logging.getLogger("as2hub.run_pretrain")
+
+TOKENIZER_STYLE = {"roberta": "roberta", "bert": "bert", "electra": "bert"}
+
+
+def build_tokenizer(model_args, documents):
+    """The tokenizer of ``--tokenizer_name`` or the checkpoint; without either, one trained on ``documents`` in the
+    style of ``--model_type`` (``--tokenizer_vocab_size``)."""
+    source = model_args.tokenizer_name or model_args.model_name_or_path
+    if source:
+        return AutoTokenizer.from_pretrained(source)
+    style = TOKENIZER_STYLE[model_args.model_type]
+    return train_corpus_tokenizer(documents, style, model_args.tokenizer_vocab_size)
 
 
 def _model_type(source: str) -> str | None:
