@@ -1,5 +1,6 @@
-"""What a run leaves behind: ranked test predictions and the Hub folder (weights, remote code, run record, card) of a
-fine-tuning or a pre-training run, written atomically (``as2hub.modeling.files``)."""
+"""What a run leaves behind: test predictions (ranked, in cascade order, or fact-verification labels) and the Hub
+folder (weights, remote code, run record, card) of a fine-tuning or a pre-training run, written atomically
+(``as2hub.modeling.files``)."""
 
 import json
 from collections import defaultdict
@@ -7,8 +8,10 @@ from pathlib import Path
 
 import numpy as np
 
+from as2hub.data_collators.joint_data import questions_in_order
 from as2hub.modeling.files import staged_folder, write_json_atomic, write_text_atomic
 from as2hub.modeling.scores import probability_of_correct
+from as2hub.training.joint_finetuning import cascade_stages, row_scores
 
 
 def write_ranked_predictions(output_dir, dataset, logits, model, name: str = "test_predictions.jsonl") -> None:
@@ -138,3 +141,58 @@ def save_pretraining_folder(
             config_overrides=overrides,
             model_id=str(output_dir),
         )
+
+
+def write_cascade_predictions(output_dir, data, joint: np.ndarray, pairwise: list[float]) -> None:
+    """Like ``test_predictions.jsonl`` of run_as2, in cascade order, each candidate with the ``stage`` that placed it
+    and that stage's probability as ``score``."""
+    lines = []
+    for question_id, rows in questions_in_order(data["question_id"]).items():
+        ranking = [
+            {"candidate": data[row]["candidate"], "score": score, "label": data[row]["label"], "stage": stage}
+            for row, score, stage in cascade_stages(rows, joint, pairwise)
+        ]
+        lines.append(
+            json.dumps({"question_id": question_id, "question": data[rows[0]]["question"], "ranking": ranking})
+        )
+    write_text_atomic(Path(output_dir) / "test_predictions.jsonl", "\n".join(lines) + "\n")
+
+
+def write_fv_predictions(output_dir, data, logits, label_names: tuple[str, ...]) -> None:
+    """``test_predictions.jsonl`` of fact verification: every claim with its gold and predicted label and the
+    probability of each label."""
+    logits = np.asarray(logits[0] if isinstance(logits, (tuple, list)) else logits, dtype=np.float64)
+    if logits.shape[-1] == 1:
+        probabilities = 1 / (1 + np.exp(-logits))
+    else:
+        shifted = np.exp(logits - logits.max(-1, keepdims=True))
+        probabilities = shifted / shifted.sum(-1, keepdims=True)
+    lines = []
+    for row, probs in zip(data, probabilities):
+        scores = dict(zip(label_names, probs.tolist()))
+        lines.append(
+            json.dumps(
+                {
+                    "claim_id": row["claim_id"],
+                    "claim": row["claim"],
+                    "label": label_names[row["label"]],
+                    "predicted": max(scores, key=scores.get) if len(label_names) == len(scores) else None,
+                    "scores": scores,
+                }
+            )
+        )
+    write_text_atomic(Path(output_dir) / "test_predictions.jsonl", "\n".join(lines) + "\n")
+
+
+def write_joint_predictions(output_dir, data, groups, logits, model, pairwise=None, label_names=None) -> None:
+    """``test_predictions.jsonl`` of a joint run (``run_joint.py``) from the test set's slot ``logits``: fact
+    verification (``label_names`` given), the cascade (``pairwise``: every row's pairwise score), or the joint
+    ranking (as ``run_as2.py`` writes it)."""
+    if label_names is not None:
+        write_fv_predictions(output_dir, data, logits, label_names)
+        return
+    joint = row_scores(logits, list(groups["rows"]), len(data))
+    if pairwise is not None:
+        write_cascade_predictions(output_dir, data, joint, pairwise)
+    else:
+        write_ranked_predictions(output_dir, data, joint, model)

@@ -31,45 +31,18 @@ claim with its label probabilities). ``--push_to_hub --hub_model_id namespace/na
 run's adapter instead of the merged model).
 """
 
-import json
-import logging
 import sys
 from dataclasses import dataclass, field
-from pathlib import Path
 
-import datasets
-import numpy as np
-from transformers import (
-    AutoConfig,
-    AutoTokenizer,
-    EarlyStoppingCallback,
-    HfArgumentParser,
-    Trainer,
-    set_seed,
-)
+from transformers import EarlyStoppingCallback, HfArgumentParser, Trainer, set_seed
 
-from as2hub.data_collators import (
-    FEVER_LABELS,
-    GROUPINGS,
-    AS2DataError,
-    JointCollator,
-    ScoreColumn,
-    group_candidates,
-    load_fv_data,
-)
+from as2hub.data_collators import FEVER_LABELS, GROUPINGS, JointCollator
 from as2hub.data_collators.as2_splits import load_splits
-from as2hub.data_collators.joint_data import questions_in_order
-from as2hub.data_collators.tokenizer_training import embedded_tokenizer
 from as2hub.hub_cards.push import HubArguments, HubPush
-from as2hub.hub_cards.run_outputs import save_hub_folder, write_ranked_predictions
+from as2hub.hub_cards.run_outputs import save_hub_folder, write_joint_predictions
 from as2hub.hub_cards.run_record import REFERENCE_PAIRS
-from as2hub.metrics import compute_as2_metrics
-from as2hub.modeling import JointMultiCandidateModel
-from as2hub.modeling.files import write_json_atomic, write_text_atomic
-from as2hub.modeling.joint_multicandidate import JointRobertaConfig
+from as2hub.modeling.files import write_json_atomic
 from as2hub.modeling.joint_multicandidate.configuration_joint_multicandidate import CANDIDATE_HEADS, HEADS
-from as2hub.modeling.joint_ranking import cascade_order
-from as2hub.modeling.loading import load_checkpoint
 from as2hub.run_scripts.arguments import (
     TINY_ROBERTA,
     ArgumentError,
@@ -84,8 +57,15 @@ from as2hub.run_scripts.arguments import (
     setup_logging,
     without_evaluation,
 )
+from as2hub.training.joint_finetuning import (
+    group_splits,
+    joint_metrics,
+    load_fv_splits,
+    load_model,
+    load_tokenizer,
+    pairwise_scores,
+)
 
-logger = logging.getLogger("as2hub.run_joint")
 TASKS = ("as2", "fv")
 
 
@@ -192,167 +172,7 @@ def check_arguments(model_args: JointModelArguments, data_args: JointDataArgumen
     )
 
 
-# ---------------------------------------------------------------------------------------------------------- data
-
-
-def load_fv_splits(data_args: JointDataArguments) -> dict:
-    labels = tuple(name.strip() for name in data_args.fv_labels.split(","))
-    files = {"train": data_args.dataset, "validation": data_args.validation_file, "test": data_args.test_file}
-    splits = {name: load_fv_data(path, labels) for name, path in files.items() if path}
-    limits = {"train": data_args.max_train_samples, "validation": data_args.max_eval_samples}
-    for name, limit in limits.items():
-        if limit is not None and name in splits:
-            split = splits[name]
-            split.dataset = split.dataset.select(range(min(limit, len(split.dataset))))
-    return splits
-
-
-def pairwise_scores(data_args: JointDataArguments, splits: dict) -> dict[str, list[float]] | None:
-    """Pairwise score of every row of every split (``top_k`` grouping); None for ``all``."""
-    if data_args.grouping != "top_k":
-        return None
-    if data_args.score_column:
-        files = {"train": data_args.dataset, "validation": data_args.validation_file, "test": data_args.test_file}
-        return {
-            name: ScoreColumn(files[name], data_args.score_column).scores_for(split.dataset, split.source)
-            for name, split in splits.items()
-        }
-    if data_args.pairwise_model:
-        from as2hub.modeling.ranking import Ranker
-
-        ranker = Ranker.from_pretrained(
-            data_args.pairwise_model, max_length=data_args.pairwise_max_length, batch_size=data_args.pairwise_batch_size
-        )
-        scores = {}
-        for name, split in splits.items():
-            data = split.dataset
-            logger.info("scoring %d %s rows with the pairwise model %s", len(data), name, data_args.pairwise_model)
-            contexts = data["context"] if ranker.contextual else None
-            scores[name] = ranker.score_pairs(data["question"], data["candidate"], contexts).tolist()
-        return scores
-    raise AS2DataError(
-        f"{splits['train'].source}: --grouping top_k needs pairwise scores: pass --score_column (a column of the data "
-        "files) or --pairwise_model (a saved pairwise ranker)"
-    )
-
-
-def fv_groups(split, num_candidates: int) -> datasets.Dataset:
-    """Claims with their first k evidences (the count of dropped evidences is logged)."""
-    data = split.dataset
-    dropped = sum(max(0, len(evidences) - num_candidates) for evidences in data["evidences"])
-    if dropped:
-        logger.info(
-            "%s: %d evidences beyond the first %d of their claim are not read", split.source, dropped, num_candidates
-        )
-    return data.map(lambda row: {"evidences": row["evidences"][:num_candidates]}, desc="first k evidences")
-
-
-# ---------------------------------------------------------------------------------------------------------- metrics
-
-
-def row_scores(logits: np.ndarray, group_rows: list[list[int]], num_rows: int) -> np.ndarray:
-    """Per-row joint logits from per-group slot logits ``(groups, k)``; NaN for rows in no group."""
-    logits = np.asarray(logits[0] if isinstance(logits, (tuple, list)) else logits, dtype=np.float64)
-    scores = np.full(num_rows, np.nan)
-    for group, rows in enumerate(group_rows):
-        scores[rows] = logits[group, : len(rows)]
-    return scores
-
-
-def ranking_scores(joint: np.ndarray, question_ids: list[str], pairwise: list[float] | None) -> np.ndarray:
-    """Scores whose per-question order is the system's ranking: the joint logits (``all``), or for the cascade the
-    position in cascade order (top k by joint score, then the rest by pairwise score)."""
-    if pairwise is None:
-        return joint
-    scores = np.empty(len(question_ids))
-    for rows in questions_in_order(question_ids).values():
-        order = cascade_stages(rows, joint, pairwise)
-        for position, (row, _, _) in enumerate(order):
-            scores[row] = len(rows) - position
-    return scores
-
-
-def cascade_stages(rows: list[int], joint: np.ndarray, pairwise: list[float]):
-    """``(row, score, stage)`` of one question in cascade order (joint probability, or pairwise score below)."""
-    local_pairwise = [pairwise[row] for row in rows]
-    local_joint = {i: float(1 / (1 + np.exp(-joint[row]))) for i, row in enumerate(rows) if not np.isnan(joint[row])}
-    return [(rows[i], score, stage) for i, score, stage in cascade_order(local_pairwise, local_joint)]
-
-
-def make_as2_metrics(split_data: datasets.Dataset, groups: datasets.Dataset, pairwise: list[float] | None):
-    question_ids, labels = list(split_data["question_id"]), np.asarray(split_data["label"])
-    group_rows = list(groups["rows"])
-
-    def compute_metrics(eval_prediction) -> dict:
-        joint = row_scores(eval_prediction.predictions, group_rows, len(question_ids))
-        return compute_as2_metrics(question_ids, ranking_scores(joint, question_ids, pairwise), labels)
-
-    return compute_metrics
-
-
-def make_fv_metrics(split_data: datasets.Dataset, label_names: tuple[str, ...]):
-    gold = np.asarray(split_data["label"])
-
-    def compute_metrics(eval_prediction) -> dict:
-        predicted = fv_predictions(eval_prediction.predictions)
-        metrics = {"accuracy": float((predicted == gold).mean()), "num_claims": len(gold)}
-        for index, name in enumerate(label_names):
-            chosen = gold == index
-            if chosen.any():
-                metrics[f"recall_{name.lower().replace(' ', '_')}"] = float((predicted[chosen] == index).mean())
-        return metrics
-
-    return compute_metrics
-
-
-def fv_predictions(logits) -> np.ndarray:
-    logits = np.asarray(logits[0] if isinstance(logits, (tuple, list)) else logits)
-    return (logits[:, 0] > 0).astype(int) if logits.shape[-1] == 1 else logits.argmax(-1)
-
-
 # ---------------------------------------------------------------------------------------------------------- outputs
-
-
-def write_cascade_predictions(output_dir, data: datasets.Dataset, joint: np.ndarray, pairwise: list[float]) -> None:
-    """Like ``test_predictions.jsonl`` of run_as2, in cascade order, each candidate with the ``stage`` that placed it
-    and that stage's probability as ``score``."""
-    lines = []
-    for question_id, rows in questions_in_order(data["question_id"]).items():
-        ranking = [
-            {"candidate": data[row]["candidate"], "score": score, "label": data[row]["label"], "stage": stage}
-            for row, score, stage in cascade_stages(rows, joint, pairwise)
-        ]
-        lines.append(
-            json.dumps({"question_id": question_id, "question": data[rows[0]]["question"], "ranking": ranking})
-        )
-    write_text_atomic(Path(output_dir) / "test_predictions.jsonl", "\n".join(lines) + "\n")
-
-
-def write_fv_predictions(output_dir, data: datasets.Dataset, logits, label_names: tuple[str, ...]) -> None:
-    logits = np.asarray(logits[0] if isinstance(logits, (tuple, list)) else logits, dtype=np.float64)
-    if logits.shape[-1] == 1:
-        probabilities = 1 / (1 + np.exp(-logits))
-    else:
-        shifted = np.exp(logits - logits.max(-1, keepdims=True))
-        probabilities = shifted / shifted.sum(-1, keepdims=True)
-    lines = []
-    for row, probs in zip(data, probabilities):
-        scores = dict(zip(label_names, probs.tolist()))
-        lines.append(
-            json.dumps(
-                {
-                    "claim_id": row["claim_id"],
-                    "claim": row["claim"],
-                    "label": label_names[row["label"]],
-                    "predicted": max(scores, key=scores.get) if len(label_names) == len(scores) else None,
-                    "scores": scores,
-                }
-            )
-        )
-    write_text_atomic(Path(output_dir) / "test_predictions.jsonl", "\n".join(lines) + "\n")
-
-
-# ---------------------------------------------------------------------------------------------------------- model
 
 
 def reference_batch(collator: JointCollator, as2: bool) -> dict:
@@ -366,33 +186,6 @@ def reference_batch(collator: JointCollator, as2: bool) -> dict:
     ]
     batch = collator(features)
     return {name: batch[name] for name in ("input_ids", "attention_mask", "token_type_ids") if name in batch}
-
-
-def load_model(model_args: JointModelArguments, tokenizer, label_names: tuple[str, ...] | None):
-    """The joint class of the checkpoint's backbone, from a checkpoint, a config (``--config_name``) or, with neither,
-    a tiny RoBERTa from scratch."""
-    overrides = {
-        "num_candidates": model_args.num_candidates,
-        "slot_length": model_args.slot_length,
-        "head": model_args.head,
-        "slot_positions": model_args.slot_positions,
-        "token_type_init": model_args.token_type_init,
-        "pad_token_id": tokenizer.pad_token_id,
-    }
-    if model_args.first_token_attention is not None:  # else the joint config's default (or the folder's own)
-        overrides["first_token_attention"] = model_args.first_token_attention
-    if label_names is not None:
-        overrides["id2label"] = dict(enumerate(label_names))
-        overrides["label2id"] = {name: index for index, name in enumerate(label_names)}
-    if model_args.model_name_or_path:
-        model_class = JointMultiCandidateModel.checkpoint_class(model_args.model_name_or_path)
-        return load_checkpoint(model_class, model_args.model_name_or_path, **overrides)
-    if model_args.config_name:
-        config = AutoConfig.from_pretrained(model_args.config_name)
-        return JointMultiCandidateModel.from_config(config, vocab_size=len(tokenizer), **overrides)
-    logger.warning("no --model_name_or_path: training a tiny joint RoBERTa from scratch (a demo, not a useful model)")
-    config = JointRobertaConfig(vocab_size=len(tokenizer), **TINY_ROBERTA, **overrides)
-    return JointMultiCandidateModel.from_config(config)
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -412,45 +205,12 @@ def main(argv: list[str] | None = None) -> dict:
     label_names = None if as2 else splits["train"].labels
     if as2 and data_args.grouping == "top_k" and not (data_args.score_column or data_args.pairwise_model):
         pairwise_scores(data_args, splits)  # raises: no scores
-    if model_args.model_name_or_path or model_args.config_name:
-        tokenizer = AutoTokenizer.from_pretrained(
-            model_args.tokenizer_name or model_args.model_name_or_path or model_args.config_name
-        )
-    else:
-        tokenizer = embedded_tokenizer("roberta")
+    tokenizer = load_tokenizer(model_args)
     model = load_model(model_args, tokenizer, label_names)
     collator = JointCollator.for_model(tokenizer, model)
     scores = pairwise_scores(data_args, splits) if as2 else None
-    k = model.config.num_candidates
-    if as2:
-        groups = {
-            name: group_candidates(
-                split.dataset,
-                k,
-                data_args.grouping,
-                scores[name] if scores else None,
-                shuffle_seed=training_args.seed if name == "train" else None,
-            )
-            for name, split in splits.items()
-        }
-    else:
-        groups = {name: fv_groups(split, k) for name, split in splits.items()}
-    logger.info(
-        "model %s (head %s, k=%d, L=%d, %d token types); %s",
-        type(model).__name__,
-        model.config.head,
-        k,
-        model.config.slot_length,
-        model.config.type_vocab_size,
-        ", ".join(f"{name}: {len(splits[name].dataset)} rows in {len(group)} inputs" for name, group in groups.items()),
-    )
-    if model_args.use_lora:
-        model = model_args.add_lora(model)
-
-    def metrics_for(name: str):
-        if as2:
-            return make_as2_metrics(splits[name].dataset, groups[name], scores[name] if scores else None)
-        return make_fv_metrics(splits[name].dataset, label_names)
+    groups = group_splits(splits, model, as2, data_args.grouping, scores, training_args.seed)
+    model = model_args.add_lora(model)  # unchanged without --use_lora
 
     has_dev = "validation" in groups
     if not has_dev:
@@ -461,7 +221,7 @@ def main(argv: list[str] | None = None) -> dict:
         data_collator=collator,
         train_dataset=groups["train"],
         eval_dataset=groups.get("validation"),
-        compute_metrics=metrics_for("validation") if has_dev else None,
+        compute_metrics=joint_metrics("validation", splits, groups, scores, label_names) if has_dev else None,
         callbacks=[EarlyStoppingCallback(data_args.early_stopping_patience)] if has_dev else [],
     )
     remove_stale_checkpoints(stale_checkpoints, training_args)
@@ -473,19 +233,19 @@ def main(argv: list[str] | None = None) -> dict:
         results["dev"] = trainer.evaluate()
         trainer.log_metrics("eval", results["dev"])
     if "test" in groups:
-        trainer.compute_metrics = metrics_for("test")
+        trainer.compute_metrics = joint_metrics("test", splits, groups, scores, label_names)
         prediction = trainer.predict(groups["test"], metric_key_prefix="test")
         results["test"] = prediction.metrics
         trainer.log_metrics("test", prediction.metrics)
-        test = splits["test"].dataset
-        if not as2:
-            write_fv_predictions(training_args.output_dir, test, prediction.predictions, label_names)
-        else:
-            joint = row_scores(prediction.predictions, list(groups["test"]["rows"]), len(test))
-            if scores:
-                write_cascade_predictions(training_args.output_dir, test, joint, scores["test"])
-            else:
-                write_ranked_predictions(training_args.output_dir, test, joint, trainer.model)
+        write_joint_predictions(
+            training_args.output_dir,
+            splits["test"].dataset,
+            groups["test"],
+            prediction.predictions,
+            trainer.model,
+            pairwise=scores["test"] if scores else None,
+            label_names=label_names,
+        )
     if trainer.is_world_process_zero():
         save_hub_folder(
             trainer.model,
