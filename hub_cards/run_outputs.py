@@ -1,7 +1,8 @@
-"""What a run leaves behind: test predictions (ranked, in cascade order, or fact-verification labels) and the Hub
-folder (weights, remote code, run record, card) of a fine-tuning or a pre-training run, written atomically
-(``as2hub.modeling.files``)."""
+"""What a run leaves behind: test predictions (ranked, in cascade order, fact-verification labels, HotpotQA answers
+and supporting facts) and the Hub folder (weights, remote code, run record, card) of a fine-tuning or a pre-training
+run, written atomically (``as2hub.modeling.files``)."""
 
+import dataclasses
 import json
 from collections import defaultdict
 from pathlib import Path
@@ -196,3 +197,16 @@ def write_joint_predictions(output_dir, data, groups, logits, model, pairwise=No
         write_cascade_predictions(output_dir, data, joint, pairwise)
     else:
         write_ranked_predictions(output_dir, data, joint, model)
+
+
+def write_qe_outputs(output_dir, evaluators: dict, trainer_state) -> None:
+    """What a long-context QA run (``run_qe_contrastive.py``) leaves beside its model: from each evaluator's last call
+    (``validation`` -> ``dev``, ``test``) the predictions in the official HotpotQA format (``{name}_predictions.json``)
+    and every sentence's scores (``{name}_sentence_scores.jsonl``); and ``trainer_state.json`` (the logged losses)."""
+    for split, name in (("validation", "dev"), ("test", "test")):
+        if split in evaluators:
+            write_json_atomic(f"{output_dir}/{name}_predictions.json", evaluators[split].predictions)
+            lines = "".join(json.dumps(row) + "\n" for row in evaluators[split].sentence_scores)
+            write_text_atomic(f"{output_dir}/{name}_sentence_scores.jsonl", lines)
+    state = json.dumps(dataclasses.asdict(trainer_state), indent=2, sort_keys=True, default=str)
+    write_text_atomic(f"{output_dir}/trainer_state.json", state + "\n")

@@ -27,34 +27,19 @@ official HotpotQA format (``dev_predictions.json``, ``test_predictions.json``: `
 supporting-fact probability, QE similarity, raw marker cosine).
 """
 
-import dataclasses
-import functools
-import json
 import logging
 import sys
 from dataclasses import dataclass, field
 
-import numpy as np
 import transformers
-from transformers import (
-    AutoTokenizer,
-    EarlyStoppingCallback,
-    HfArgumentParser,
-    Trainer,
-    TrainingArguments,
-    set_seed,
-)
+from transformers import EarlyStoppingCallback, HfArgumentParser, Trainer, TrainingArguments, set_seed
 
-from as2hub.data_collators.hotpotqa import to_official_gold
-from as2hub.data_collators.hotpotqa_encoding import HotpotQACollator, HotpotQAEncoder
-from as2hub.data_collators.hotpotqa_markers import add_marker_tokens
-from as2hub.data_collators.qe_tasks import default_question_types, load_qe_splits
-from as2hub.data_collators.tokenizer_training import train_corpus_tokenizer
+from as2hub.data_collators.hotpotqa_encoding import HotpotQACollator
+from as2hub.data_collators.qe_tasks import load_qe_splits
 from as2hub.hub_cards.push import HubArguments, HubPush
-from as2hub.hub_cards.run_outputs import save_hub_folder
-from as2hub.metrics.hotpotqa import best_spans, hotpotqa_evaluate, qe_map, select_supporting_facts
-from as2hub.modeling import LongformerQEConfig, LongformerWithQEContrastive
-from as2hub.modeling.files import write_json_atomic, write_text_atomic
+from as2hub.hub_cards.run_outputs import save_hub_folder, write_qe_outputs
+from as2hub.modeling import LongformerQEConfig
+from as2hub.modeling.files import write_json_atomic
 from as2hub.modeling.registry import LONGFORMER_QE
 from as2hub.run_scripts.arguments import (
     ArgumentError,
@@ -69,27 +54,15 @@ from as2hub.run_scripts.arguments import (
     run_cli,
     without_evaluation,
 )
-
-logger = logging.getLogger("as2hub.run_qe_contrastive")
-
-TINY_LONGFORMER = {
-    "hidden_size": 64,
-    "num_hidden_layers": 2,
-    "num_attention_heads": 2,
-    "intermediate_size": 256,
-    "attention_window": 64,
-    "max_position_embeddings": 2048 + 2,
-}
-LABEL_NAMES = ["sentence_labels", "paragraph_labels", "start_positions", "end_positions", "answer_type_labels"]
-# Order of the predictions Trainer gathers: LongformerQEOutput's fields minus the config's keys_to_ignore_at_inference.
-PREDICTION_FIELDS = (
-    "start_logits",
-    "end_logits",
-    "answer_type_logits",
-    "sentence_logits",
-    "paragraph_logits",
-    "sentence_similarity",
-    "raw_similarity",
+from as2hub.training.qe_finetuning import (  # noqa: F401  (qe_overrides: re-exported)
+    LABEL_NAMES,
+    TINY_LONGFORMER,
+    attention_window,
+    build_qe_model,
+    encode_splits,
+    logits_preprocessor,
+    qe_evaluators,
+    qe_overrides,
 )
 
 
@@ -205,153 +178,6 @@ class QETrainingArguments(CPUFriendlyArguments, OverwriteArguments, TrainingArgu
     max_grad_norm: float = field(default=1.0)
 
 
-def qe_overrides(model_args: ModelArguments) -> dict:
-    """The config fields given on the command line (the others keep the checkpoint's or the default values)."""
-    overrides = {
-        name: getattr(model_args, name)
-        for name in (
-            "contrastive_weight",
-            "qe_similarity",
-            "qe_projection_dim",
-            "qe_shared_temperature",
-            "qe_learnable_temperature",
-            "qe_single_projection",
-            "qe_wrong_type_negatives",
-            "question_type_key",
-        )
-        if getattr(model_args, name) is not None
-    }
-    if model_args.qe_temperatures is not None:
-        values = [float(v) for v in model_args.qe_temperatures.split(",") if v.strip()]
-        overrides["qe_temperatures"] = values[0] if len(values) == 1 else values
-    if model_args.question_types is not None:
-        overrides["question_types"] = [t.strip() for t in model_args.question_types.split(",") if t.strip()]
-    return overrides
-
-
-def build_model(model_args: ModelArguments, data_args: DataArguments, splits: dict):
-    """(model, tokenizer): a checkpoint, a converted short encoder, a config from scratch, or the tiny default."""
-    overrides = qe_overrides(model_args)
-    types, key = default_question_types(data_args.dataset)
-    fresh_heads = {"question_types": types, "question_type_key": key}
-    source = model_args.model_name_or_path
-    if source:
-        tokenizer = AutoTokenizer.from_pretrained(model_args.tokenizer_name or source)
-        model_type = load_config(source).model_type
-        if model_type == LongformerQEConfig.model_type:
-            model = LongformerWithQEContrastive.from_pretrained(source, **overrides)
-        elif model_type == "longformer":
-            model = LongformerWithQEContrastive.from_pretrained(source, **{**fresh_heads, **overrides})
-        else:
-            logger.info("converting the %s checkpoint %s to a Longformer", model_type, source)
-            model = LongformerWithQEContrastive.from_short_encoder(
-                source,
-                max_position_embeddings=model_args.max_position_embeddings,
-                attention_window=model_args.attention_window,
-                **{**fresh_heads, **overrides},
-            )
-            tokenizer.model_max_length = model_args.max_position_embeddings
-    elif model_args.config_name:
-        if not model_args.tokenizer_name:
-            raise ArgumentError("--config_name needs --tokenizer_name")
-        tokenizer = AutoTokenizer.from_pretrained(model_args.tokenizer_name)
-        config = LongformerQEConfig.from_pretrained(
-            model_args.config_name, vocab_size=len(tokenizer), **{**fresh_heads, **overrides}
-        )
-        model = LongformerWithQEContrastive(config)
-    else:
-        logger.warning("no --model_name_or_path: training a tiny Longformer from scratch (a demo, not a useful model)")
-        documents = (
-            {"paragraphs": [[row["question"]], *row["context"]["sentences"], row["context"]["title"]]}
-            for row in splits["train"].dataset
-        )
-        tokenizer = train_corpus_tokenizer(documents, "roberta", model_args.tokenizer_vocab_size)
-        config = LongformerQEConfig(
-            vocab_size=len(tokenizer),
-            pad_token_id=tokenizer.pad_token_id,
-            bos_token_id=tokenizer.cls_token_id,
-            eos_token_id=tokenizer.sep_token_id,
-            sep_token_id=tokenizer.sep_token_id,
-            **TINY_LONGFORMER,
-            **{**fresh_heads, **overrides},
-        )
-        model = LongformerWithQEContrastive(config)
-    add_marker_tokens(tokenizer, model, init=model_args.marker_init)
-    return model, tokenizer
-
-
-def preprocess_logits_for_metrics(logits, labels, n_best: int = 20, max_answer_length: int = 30):
-    """Keep what decoding needs: the best span of each row instead of the (batch, length) start / end logits."""
-    logits = logits if isinstance(logits, tuple) else (logits,)
-    if len(logits) != len(PREDICTION_FIELDS):
-        raise ValueError(
-            f"expected the model's {len(PREDICTION_FIELDS)} outputs {PREDICTION_FIELDS}, got {len(logits)}"
-        )
-    outputs = dict(zip(PREDICTION_FIELDS, logits))
-    spans = best_spans(outputs.pop("start_logits"), outputs.pop("end_logits"), n_best, max_answer_length)
-    return (spans, *outputs.values())
-
-
-class QEEvaluator:
-    """Trainer ``compute_metrics``: decodes answers and supporting facts, scores them with the official HotpotQA
-    metrics, and adds the QE diagnostic (mAP of ranking sentences by question–sentence similarity, per type)."""
-
-    def __init__(self, features, infos, gold_dataset, config, data_args: DataArguments):
-        self.infos = infos
-        self.gold = to_official_gold(gold_dataset)
-        self.sentence_labels = features["sentence_labels"]
-        self.question_types = [config.question_types[k] for k in features["question_type"]]
-        self.answer_types = config.answer_types
-        self.with_answers = any(example["answer"].strip() for example in self.gold)
-        self.data_args = data_args
-        self.predictions: dict = {}
-        self.sentence_scores: list[dict] = []
-
-    def __call__(self, eval_pred) -> dict:
-        predictions = eval_pred.predictions
-        spans, answer_type_logits, sentence_logits, _, similarity, raw_similarity = (np.asarray(p) for p in predictions)
-        answers, facts, self.sentence_scores = {}, {}, []
-        qe_rows = {"ids": [], "scores": [], "raw": [], "head": [], "labels": [], "types": []}
-        for i, info in enumerate(self.infos):
-            count = len(info.sentence_keys)
-            probabilities = 1.0 / (1.0 + np.exp(-sentence_logits[i, :count].astype(np.float64)))
-            chosen = select_supporting_facts(
-                probabilities,
-                info.sentence_paragraph,
-                threshold=self.data_args.sp_threshold,
-                top_n_per_paragraph=self.data_args.sp_top_n_per_paragraph,
-            )
-            facts[info.id] = [list(info.sentence_keys[j]) for j in chosen]
-            answer = ""
-            if self.with_answers:
-                kind = self.answer_types[int(answer_type_logits[i].argmax())]
-                answer = kind if kind in ("yes", "no") else info.span_text(int(spans[i, 0]), int(spans[i, 1]))
-            answers[info.id] = answer
-            qe_rows["ids"] += [info.id] * count
-            qe_rows["scores"] += similarity[i, :count].tolist()
-            qe_rows["raw"] += raw_similarity[i, :count].tolist()
-            qe_rows["head"] += probabilities.tolist()
-            qe_rows["labels"] += list(self.sentence_labels[i][:count])
-            qe_rows["types"] += [self.question_types[i]] * count
-            self.sentence_scores.append(
-                {
-                    "id": info.id,
-                    "question_type": self.question_types[i],
-                    "sentences": [list(key) for key in info.sentence_keys],
-                    "labels": list(self.sentence_labels[i][:count]),
-                    "sp_probability": probabilities.tolist(),
-                    "qe_similarity": similarity[i, :count].tolist(),
-                    "raw_cosine": raw_similarity[i, :count].tolist(),
-                }
-            )
-        self.predictions = {"answer": answers, "sp": facts}
-        metrics = hotpotqa_evaluate(self.predictions, self.gold)
-        for name, scores in (("qe", "scores"), ("qe_raw_cosine", "raw"), ("sp_head", "head")):
-            diagnostic = qe_map(qe_rows["ids"], qe_rows[scores], qe_rows["labels"], qe_rows["types"])
-            metrics.update({f"{name}_{key}": value for key, value in diagnostic.items() if key != "num_questions"})
-        return metrics
-
-
 def reference_batch(encoded: dict, tokenizer, window: int, size: int = 2) -> dict:
     """The input the published folder is checked on (``as2hub-push``): the first encoded examples of the evaluation
     (else training) data, collated as in training (markers, global attention mask, index tensors), without labels."""
@@ -395,53 +221,23 @@ def main(argv: list[str] | None = None) -> dict:
 
     # Read, validate and encode every split before anything is written.
     splits = load_qe_splits(data_args)
-    model, tokenizer = build_model(model_args, data_args, splits)
-    config = model.config
-    encoder_kwargs = {
-        "max_question_length": data_args.max_question_length,
-        "skip_invalid": data_args.skip_invalid_examples,
-    }
-    encoded = {}
-    for name, split in splits.items():
-        policy = data_args.truncated_evidence if name == "train" else "keep"
-        encoder = HotpotQAEncoder.from_config(
-            tokenizer, config, data_args.max_length, truncated_evidence=policy, **encoder_kwargs
-        )
-        encoded[name] = encoder.encode_dataset(split, description=f"{name} ({split.source})")
-    max_length = encoder.max_length
-    window = max(config.attention_window) if isinstance(config.attention_window, list) else config.attention_window
-    collator = HotpotQACollator(tokenizer, pad_to_multiple_of=window)
-    logger.info(
-        "model %s: λ=%s, similarity %s, question types %s (field %r), τ %s; max_length %d",
-        type(model).__name__,
-        config.contrastive_weight,
-        config.qe_similarity,
-        config.question_types,
-        config.question_type_key,
-        config.qe_temperatures,
-        max_length,
-    )
-    if model_args.use_lora:
-        model = model_args.add_lora(model)
+    model, tokenizer = build_qe_model(model_args, data_args, splits)
+    config, window = model.config, attention_window(model.config)
+    encoded, max_length = encode_splits(splits, tokenizer, model, data_args)
+    model = model_args.add_lora(model)  # unchanged without --use_lora
 
     has_dev = "validation" in encoded
     if not has_dev:
         without_evaluation(training_args)
-    evaluators = {
-        name: QEEvaluator(encoded[name][0], encoded[name][1], splits[name].dataset, config, data_args)
-        for name in ("validation", "test")
-        if name in encoded
-    }
+    evaluators = qe_evaluators(encoded, splits, config, data_args)
     trainer = Trainer(
         model=model,
         args=training_args,
-        data_collator=collator,
+        data_collator=HotpotQACollator(tokenizer, pad_to_multiple_of=window),
         train_dataset=encoded["train"][0],
         eval_dataset=encoded["validation"][0] if has_dev else None,
         compute_metrics=evaluators.get("validation"),
-        preprocess_logits_for_metrics=functools.partial(
-            preprocess_logits_for_metrics, n_best=data_args.n_best, max_answer_length=data_args.max_answer_length
-        ),
+        preprocess_logits_for_metrics=logits_preprocessor(data_args),
         callbacks=[EarlyStoppingCallback(data_args.early_stopping_patience)] if has_dev else [],
     )
     remove_stale_checkpoints(stale_checkpoints, training_args)
@@ -453,19 +249,14 @@ def main(argv: list[str] | None = None) -> dict:
         "data": {name: {"source": split.source, **split.stats} for name, split in splits.items()},
         "encoding": {name: stats.as_dict() for name, (_, _, stats) in encoded.items()},
     }
-    predictions, sentence_scores = {}, {}
     if has_dev:
         results["dev"] = trainer.evaluate()
         trainer.log_metrics("eval", results["dev"])
-        predictions["dev"] = evaluators["validation"].predictions
-        sentence_scores["dev"] = evaluators["validation"].sentence_scores
     if "test" in encoded:
         trainer.compute_metrics = evaluators["test"]
         prediction = trainer.predict(encoded["test"][0], metric_key_prefix="test")
         results["test"] = prediction.metrics
         trainer.log_metrics("test", prediction.metrics)
-        predictions["test"] = evaluators["test"].predictions
-        sentence_scores["test"] = evaluators["test"].sentence_scores
     if trainer.is_world_process_zero():
         output_dir = training_args.output_dir
         save_hub_folder(
@@ -481,12 +272,7 @@ def main(argv: list[str] | None = None) -> dict:
             batch=reference_batch(encoded, tokenizer, window),
             extras={"max_length": max_length, "num_distractors": splits["train"].stats.get("num_distractors")},
         )
-        for name, prediction in predictions.items():
-            write_json_atomic(f"{output_dir}/{name}_predictions.json", prediction)
-            lines = "".join(json.dumps(row) + "\n" for row in sentence_scores[name])
-            write_text_atomic(f"{output_dir}/{name}_sentence_scores.jsonl", lines)
-        state = json.dumps(dataclasses.asdict(trainer.state), indent=2, sort_keys=True, default=str)
-        write_text_atomic(f"{output_dir}/trainer_state.json", state + "\n")
+        write_qe_outputs(output_dir, evaluators, trainer.state)  # predictions, sentence scores, trainer_state.json
         write_json_atomic(f"{output_dir}/all_results.json", results)
         if push:
             push(output_dir)
