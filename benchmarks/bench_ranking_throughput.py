@@ -153,9 +153,11 @@ def peer_folder(source: Path, target: Path) -> Path:
     if config.get("model_type") != "contextual_bert" or config.get("contextual"):
         raise ValueError(f"{source}: the peer is built for a pairwise BERT/MiniLM model")
     stock = {k: v for k, v in config.items() if k not in ("auto_map", "architectures", "model_type", "contextual")}
-    stock.pop("token_type_init", None)
+    for name in ("token_type_init", "cascade_layers", "cascade_loss"):  # as2hub's fields; the peer has none
+        stock.pop(name, None)
     model = BertForSequenceClassification(BertConfig(**stock, attn_implementation="eager")).eval()
-    missing, unexpected = model.load_state_dict(load_file(source / "model.safetensors"), strict=False)
+    weights = {k: v for k, v in load_file(source / "model.safetensors").items() if not k.startswith("cascade_heads.")}
+    missing, unexpected = model.load_state_dict(weights, strict=False)  # the peer: the full model, no cascade heads
     missing = [k for k in missing if not k.endswith("position_ids")]
     if missing or unexpected:
         raise ValueError(f"the stock class does not take these weights: missing {missing}, unexpected {unexpected}")

@@ -1,0 +1,318 @@
+"""The layer cascade's speed and accuracy per drop rate, against the same backend without it and against the best
+sentence-transformers ``CrossEncoder`` configuration, on the clean WikiQA test set (issue 36).
+
+Every system ranks each of the 237 clean test questions in one call with all of its candidates (what a service
+does), tokenization included, ``--threads`` torch / ONNX Runtime threads; systems are interleaved (repeat 1 of all,
+then repeat 2, ...) and the best time of each is kept, so a load spike from another process hits them all.
+
+- ``as2hub <backend>``: ``Ranker.rank(question, candidates)``, the full model;
+- ``as2hub <backend> cascade d``: ``Ranker.rank(question, candidates, cascade_drop=d)``: at each cascade head the
+  weakest ``d`` of the question's remaining candidates leave; ``work`` is the share of encoder layers computed;
+- ``CrossEncoder torch / bf16 / ONNX int8 @b``: ``CrossEncoder.predict`` of the question's pairs at batch ``b`` on the
+  same weights as a stock ``BertForSequenceClassification`` (its int8 graph: ``quantize_dynamic``, per tensor), as in
+  ``bench_ranking_throughput.py``.
+
+MAP / MRR / P@1 come from each system's order (a cascade's order puts dropped candidates below the survivors); the
+change against the same backend's full model has a 95% paired-bootstrap interval over questions.
+
+Usage::
+
+    python benchmarks/bench_cascade.py --model_dir <pairwise MiniLM ranker with cascade heads>   # ~15 min, 1 thread
+    python benchmarks/bench_cascade.py --model_dir ... --max_questions 20 --repeats 1 --results /tmp/c.json  # smoke
+
+Writes ``benchmarks/results/cascade.json`` (and ``cascade_frontier.png`` with matplotlib installed).
+"""
+
+import argparse
+import gc
+import json
+import logging
+import os
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_ranking_throughput import (  # noqa: E402
+    PEER_INT8,
+    as2hub_copy,
+    cpu_record,
+    cross_encoder,
+    optimum_available,
+    peer_folder,
+    use_bf16,
+)
+from bench_utils import RESULTS_DIR, format_table, machine_info, now_iso, paired_bootstrap_metrics, write_json  # noqa: E402
+from bench_wikiqa_quality import per_question  # noqa: E402
+
+logger = logging.getLogger("bench_cascade")
+METRICS = ("map", "mrr", "p@1")
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model_dir", required=True, help="a pairwise MiniLM ranker with cascade heads")
+    parser.add_argument("--drops", default="0.3,0.4,0.5,0.6", help="cascade_drop values")
+    parser.add_argument("--backends", default="torch,torch-bf16,onnx-int8", help="as2hub backends (those that run)")
+    parser.add_argument("--peer_batch_sizes", default="8,16,64")
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--max_questions", type=int, default=None)
+    parser.add_argument(
+        "--mode",
+        choices=("question", "batched"),
+        default="question",
+        help="question: one call per question (every system); batched: one call for all questions (Ranker.rank_many; "
+        "CrossEncoder.predict of every pair), as a service scores concurrent requests",
+    )
+    parser.add_argument("--max_length", type=int, default=256)
+    parser.add_argument("--bootstrap", type=int, default=10000)
+    parser.add_argument("--bf16", choices=("auto", "on", "off"), default="auto", help="bf16 rows (auto: bf16 CPUs)")
+    parser.add_argument("--work_dir", default="/tmp/as2hub_bench_cascade")
+    parser.add_argument("--results", default=str(RESULTS_DIR / "cascade.json"))
+    args = parser.parse_args(argv)
+    args.drops = [float(d) for d in args.drops.split(",")]
+    args.backends = args.backends.split(",")
+    args.peer_batch_sizes = [int(b) for b in args.peer_batch_sizes.split(",")]
+    return args
+
+
+def questions_of(max_questions):
+    """[(question_id, question, [candidates], [labels])] of the clean WikiQA test set, in file order."""
+    from as2hub.data_collators.as2_data import read_wikiqa
+
+    test = read_wikiqa("test", clean=True).dataset
+    grouped: dict = {}
+    for qid, question, candidate, label in zip(test["question_id"], test["question"], test["candidate"], test["label"]):
+        grouped.setdefault(qid, (question, [], []))
+        grouped[qid][1].append(candidate)
+        grouped[qid][2].append(int(label))
+    items = [(qid, q, c, y) for qid, (q, c, y) in grouped.items()]
+    return items[:max_questions] if max_questions else items
+
+
+def order_scores(ranked) -> list[float]:
+    """Scores in input order that sort as the ranking does (minus the position): metrics read the system's order."""
+    out = [0.0] * len(ranked)
+    for position, candidate in enumerate(ranked):
+        out[candidate.index] = -float(position)
+    return out
+
+
+def ranked_lists(ranker, items, drop, mode):
+    """Per question: (scores in input order that sort as the ranker ranks, the layer that scored each candidate).
+    ``mode="question"``: one ``rank`` call per question; ``"batched"``: one ``rank_many`` call for all (as the service
+    scores concurrent requests); the drop is decided per question either way."""
+    if mode == "question":
+        lists = [ranker.rank(q, cands, cascade_drop=drop) for _, q, cands, _ in items]
+    else:
+        lists = ranker.rank_many([q for _, q, _, _ in items], [c for _, _, c, _ in items], cascade_drop=drop)
+    out = []
+    for ranked in lists:
+        layers = [0] * len(ranked)
+        for candidate in ranked:
+            layers[candidate.index] = candidate.layer
+        out.append((order_scores(ranked), layers))
+    return out
+
+
+def make_systems(args, folders, data) -> dict:
+    """name -> (library, backend, drop, fn): ``fn(questions)`` gives per question (scores in input order that sort as
+    the system ranks, the layer that scored each candidate or None)."""
+    from as2hub.modeling.backends import check_runnable
+    from as2hub.modeling.ranking import Ranker
+
+    systems = {}
+    for backend in args.backends:
+        if backend == "torch-bf16" and not use_bf16(args):
+            continue
+        try:
+            check_runnable(backend)
+            options = {"num_threads": args.threads} if backend.startswith("onnx") else {}
+            ranker = Ranker.from_pretrained(folders["as2hub"], backend=backend, max_length=args.max_length, **options)
+        except Exception as error:  # noqa: BLE001 - a backend that cannot run here is left out, and said
+            logger.warning("backend %s left out: %s", backend, error)
+            continue
+
+        def full(items, r=ranker):
+            return ranked_lists(r, items, None, args.mode)
+
+        systems[f"as2hub {backend}"] = ("as2hub", backend, None, full)
+        for drop in args.drops:
+            try:
+                ranker.rank(data[0][1], data[0][2], cascade_drop=drop)
+            except Exception as error:  # noqa: BLE001
+                logger.warning("as2hub %s cascade left out: %s", backend, error)
+                break
+
+            def cascade(items, r=ranker, d=drop):
+                return ranked_lists(r, items, d, args.mode)
+
+            systems[f"as2hub {backend} cascade {drop}"] = ("as2hub", backend, drop, cascade)
+    peers = {"CrossEncoder torch": (None, None)}
+    if use_bf16(args):
+        peers["CrossEncoder torch bf16"] = (None, torch.bfloat16)
+    if optimum_available():
+        peers["CrossEncoder ONNX int8"] = (PEER_INT8, None)
+    for name, (graph, dtype) in peers.items():
+        encoder = cross_encoder(folders["peer"], args, args.threads, graph=graph, dtype=dtype)
+        for batch in args.peer_batch_sizes:
+
+            def predict(items, e=encoder, b=batch):
+                if args.mode == "question":
+                    return [(e.predict([[q, c] for c in cands], batch_size=b, show_progress_bar=False).tolist(), None)
+                            for _, q, cands, _ in items]  # fmt: skip
+                scores = e.predict([[q, c] for _, q, cands, _ in items for c in cands], batch_size=b,
+                                   show_progress_bar=False).tolist()  # fmt: skip
+                out, start = [], 0
+                for _, _, cands, _ in items:
+                    out.append((scores[start : start + len(cands)], None))
+                    start += len(cands)
+                return out
+
+            systems[f"{name} @{batch}"] = ("sentence-transformers", name, None, predict)
+    return systems
+
+
+def plot(report, path: Path) -> str | None:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    figure, axis = plt.subplots(figsize=(7, 4.5))
+    for backend in dict.fromkeys(run["backend"] for run in report["runs"] if run["library"] == "as2hub"):
+        runs = sorted((r for r in report["runs"] if r["backend"] == backend), key=lambda r: r["drop"] or 0.0)
+        axis.plot([r["pairs_per_s"] for r in runs], [r["map"] for r in runs], "o-", label=f"as2hub {backend}")
+        for r in runs:
+            axis.annotate(f"{r['drop'] or 0:.1f}", (r["pairs_per_s"], r["map"]), fontsize=7)
+    peers = [r for r in report["runs"] if r["library"] != "as2hub"]
+    axis.scatter(
+        [r["pairs_per_s"] for r in peers], [r["map"] for r in peers], marker="x", color="k", label="CrossEncoder"
+    )
+    axis.set_xlabel(f"pairs/s (mode {report['settings']['mode']})")
+    axis.set_ylabel("test MAP (WikiQA clean)")
+    axis.set_title("Layer cascade: speed / MAP per drop rate")
+    axis.legend(fontsize=8)
+    figure.tight_layout()
+    figure.savefig(path, dpi=120)
+    return str(path)
+
+
+def main(argv=None) -> dict:
+    args = parse_args(argv)
+    logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
+    torch.set_num_threads(args.threads)
+    work = Path(args.work_dir)
+    source = Path(args.model_dir)
+    if any(backend.startswith("onnx") for backend in args.backends):
+        ours = as2hub_copy(source, work / "as2hub")  # a copy with its graphs (as2hub-export-onnx --quantize int8)
+    else:
+        ours = source
+    folders = {"as2hub": ours, "peer": peer_folder(source, work / "peer")}
+    data = questions_of(args.max_questions)
+    num_pairs = sum(len(cands) for _, _, cands, _ in data)
+    qids = [qid for qid, _, cands, _ in data for _ in cands]
+    labels = [y for _, _, _, ys in data for y in ys]
+    systems = make_systems(args, folders, data)
+    for _, _, _, fn in systems.values():  # warm-up on the first questions: sessions, allocators, caches
+        fn(data[:8])
+    load = {"start": list(os.getloadavg())}
+    times = {name: [] for name in systems}
+    outputs = {}
+    for repeat in range(args.repeats):
+        for name, (_, _, _, fn) in systems.items():
+            gc.collect()
+            start = time.perf_counter()
+            result = fn(data)
+            times[name].append(time.perf_counter() - start)
+            outputs.setdefault(name, result)
+            logger.info("repeat %d %s: %.1f pairs/s (load %.1f)", repeat + 1, name, num_pairs / times[name][-1],
+                        os.getloadavg()[0])  # fmt: skip
+    load["end"] = list(os.getloadavg())
+    config = json.loads((source / "config.json").read_text())
+    depth = config["num_hidden_layers"]
+    per_q, runs = {}, []
+    for name, (library, backend, drop, _) in systems.items():
+        scores = [s for per, _ in outputs[name] for s in per]
+        per_q[name] = per_question(qids, scores, labels)
+        layers = [layer for _, reached in outputs[name] if reached for layer in reached]
+        runs.append({
+            "system": name, "library": library, "backend": backend, "drop": drop,
+            "pairs_per_s": num_pairs / min(times[name]), "times_s": times[name],
+            **{m: float(np.mean([v[m] for v in per_q[name].values()])) for m in METRICS},
+            "work": (sum(layers) / (depth * len(layers))) if layers else 1.0,
+        })  # fmt: skip
+    by_name = {run["system"]: run for run in runs}
+    peers = [run for run in runs if run["library"] != "as2hub"]
+    best_peer = max(peers, key=lambda r: r["pairs_per_s"])
+    for run in runs:
+        run["vs_best_crossencoder"] = run["pairs_per_s"] / best_peer["pairs_per_s"]
+        run["vs_same_backend_full"] = None
+        if run["library"] == "as2hub":
+            full = by_name[f"as2hub {run['backend']}"]
+            run["vs_same_backend_full"] = run["pairs_per_s"] / full["pairs_per_s"]
+            if run["drop"] is not None:
+                change = paired_bootstrap_metrics(per_q[run["system"]], per_q[full["system"]], METRICS, args.bootstrap)
+                run["change_vs_full"] = change
+                run["targets"] = {
+                    "map_within_0.005": change["map"]["ci95"][0] >= -0.005,
+                    "p@1_within_1_point": change["p@1"]["ci95"][0] >= -0.01,
+                    "speed_1.5x_same_backend": run["vs_same_backend_full"] >= 1.5,
+                    "speed_2x_best_crossencoder": run["vs_best_crossencoder"] >= 2.0,
+                }
+    report = {
+        "benchmark": "cascade",
+        "date": now_iso(),
+        "machine": {**machine_info(), **cpu_record()},
+        "settings": {
+            "model": str(source),
+            "cascade_layers": config.get("cascade_layers"),
+            "num_hidden_layers": depth,
+            "num_questions": len(data),
+            "num_pairs": num_pairs,
+            "threads": args.threads,
+            "repeats": args.repeats,
+            "max_length": args.max_length,
+            "mode": args.mode,
+            "timing": "best of repeats; mode question: one call per question with all its candidates, batched: one "
+            "call for all questions; tokenization included; systems interleaved",
+            "target_rule": "a target holds when the 95% interval's lower bound is within it (MAP -0.005, P@1 -1 point)",
+        },
+        "load_average": load,
+        "best_crossencoder": best_peer["system"],
+        "runs": runs,
+    }
+    report["plot"] = plot(report, Path(args.results).with_name(Path(args.results).stem + "_frontier.png"))
+    write_json(args.results, report)
+    rows = []
+    for run in runs:
+        change = run.get("change_vs_full", {})
+        rows.append([
+            run["system"], f"{run['pairs_per_s']:.1f}", f"{run['work']:.2f}",
+            f"{run['vs_same_backend_full']:.2f}x" if run["vs_same_backend_full"] else "", f"{run['vs_best_crossencoder']:.2f}x",
+            f"{run['map']:.4f}", f"{run['p@1']:.4f}",
+            f"{change['map']['diff']:+.4f} [{change['map']['ci95'][0]:+.4f}, {change['map']['ci95'][1]:+.4f}]"
+            if change else "",
+            f"{change['p@1']['diff']:+.4f} [{change['p@1']['ci95'][0]:+.4f}, {change['p@1']['ci95'][1]:+.4f}]"
+            if change else "",
+        ])  # fmt: skip
+    print(f"\nRanking {len(data)} clean WikiQA test questions ({num_pairs} pairs), mode {args.mode}, "
+          f"{args.threads} thread(s), best of {args.repeats}; model {source} (cascade heads after layers "
+          f"{config.get('cascade_layers')} of {depth})")  # fmt: skip
+    headers = ["system", "pairs/s", "work", "vs full", "vs best CE", "MAP", "P@1", "ΔMAP vs full [95%]", "ΔP@1 [95%]"]
+    print(format_table(headers, rows))
+    machine = report["machine"]
+    print(f"CPU {machine['cpu_model']} [{' '.join(machine['relevant_flags'])}]; best CrossEncoder: "
+          f"{best_peer['system']} {best_peer['pairs_per_s']:.1f} pairs/s; load {load}")  # fmt: skip
+    print(f"wrote {args.results}")
+    return report
+
+
+if __name__ == "__main__":
+    main()
