@@ -519,3 +519,26 @@ def test_gpu_pretrain_benchmark_runs_on_the_cpu_at_tiny_size(tmp_path):
         assert set(data["workers"]) == {"0", "1"} and data["needed_examples_per_s"] > 0
         assert all(w["examples_per_s"] > 0 for w in data["workers"].values())
     assert "| roberta | 32" in result.stdout
+
+
+@pytest.mark.gpu
+@needs_cuda
+@pytest.mark.parametrize("backbone", sorted(BACKBONES))
+def test_layer_cascade_on_cuda_keeps_the_stage_counts_and_equals_the_full_model_at_drop_zero(tokenizers, backbone):
+    from test_cascade import CANDIDATES, CONTEXTS, QUESTION, cascade_model
+
+    from as2hub.modeling.ranking import Ranker
+
+    model, tokenizer = cascade_model(tokenizers, backbone)
+    cpu = Ranker(model, tokenizer).rank(QUESTION, CANDIDATES, CONTEXTS, cascade_drop=0.5)
+    for dtype, tolerance in ((torch.float32, 1e-4), (torch.bfloat16, 0.05)):
+        ranker = Ranker(model.to(device="cuda", dtype=dtype), tokenizer)
+        full = ranker.score_pairs([QUESTION] * len(CANDIDATES), CANDIDATES, CONTEXTS).tolist()
+        at_zero = ranker.rank(QUESTION, CANDIDATES, CONTEXTS, cascade_drop=0.0)
+        assert {c.index: c.score for c in at_zero} == pytest.approx(dict(enumerate(full)), abs=1e-5)
+        ranked = ranker.rank(QUESTION, CANDIDATES, CONTEXTS, cascade_drop=0.5)
+        assert [c.layer for c in ranked] == [4, 4, 4, 3, 3, 1, 1, 1, 1, 1]
+        if dtype == torch.float32:  # the same drops and order as on the CPU
+            assert [c.index for c in ranked] == [c.index for c in cpu]
+            assert [c.score for c in ranked] == pytest.approx([c.score for c in cpu], abs=tolerance)
+        model = model.to(device="cpu", dtype=torch.float32)
