@@ -36,6 +36,10 @@ Each graph carries the SHA-256 of the weights it was exported from (``metadata_p
 the folder's safetensors: a graph left behind by an older export raises :class:`StaleOnnxExportError` instead of
 silently scoring with old weights.
 
+A ranker with cascade heads (``config.cascade_layers``) also gets one graph per cascade stage, fp32 and int8, with the
+same checks and metadata (:mod:`as2hub.modeling.onnx_cascade`); :meth:`OnnxRankerModel.cascade_stages` runs them for
+``Ranker.rank(..., cascade_drop=...)`` and refuses missing or stale ones with the command that rewrites them.
+
 Joint multi-candidate models (``joint_*``, :mod:`as2hub.modeling.joint_multicandidate`) export the same way: ONE
 graph over the fixed ``(k+1)·L`` slot layout (dynamic batch axis only), ``logits`` of shape ``(batch, k)`` for
 ``IE_k`` / ``AE_k`` heads (empty slots at the dtype's minimum, probability 0) or ``(batch, num_labels)`` for ``*_1``
@@ -61,8 +65,21 @@ from pathlib import Path
 import torch
 from transformers import AutoConfig, AutoModel, AutoModelForSequenceClassification, AutoTokenizer
 
+from as2hub.modeling.cascade import NoCascadeHeadsError
 from as2hub.modeling.files import write_json_atomic
 from as2hub.modeling.first_token import first_token_last_layer
+from as2hub.modeling.onnx_cascade import (
+    CASCADE_KEY,
+    STAGE_GLOB,
+    CascadeStageModule,
+    OnnxCascadeStages,
+    stage_ends,
+    stage_graph_file,
+    stage_io,
+    stage_record,
+    torch_stage_cases,
+    trace_context,
+)
 from as2hub.modeling.registry import EXPORT_LAYOUT_NAMES, FAMILIES, model_types
 from as2hub.modeling.scores import JOINT_MODEL_TYPES, probability_of_correct
 from as2hub.modeling.segment_layout import SegmentLayout, pad_batch
@@ -477,7 +494,9 @@ def export_onnx(folder, quantize: str | None = None, opset: int = DEFAULT_OPSET)
     The fp32 graph's scores are checked against the torch model's on four batches (traced, wider, tokenizer pair ids,
     no padding) and the graph refused beyond :data:`EXPORT_ATOL`; the int8 graph's largest difference is logged. Everything is written to a
     staging folder first and renamed into place, the record ``onnx/as2hub_export.json`` last, so a failed export leaves
-    the folder as it was. Returns ``{"fp32": path[, "int8": path]}``.
+    the folder as it was. Returns ``{"fp32": path[, "int8": path]}``, for a model with cascade heads also
+    ``"cascade_stage{k}"`` (and ``"cascade_stage{k}/int8"``) for each stage graph (each checked against the torch
+    staged path, :func:`_export_cascade_stages`).
 
     Example:
         >>> export_onnx("outputs/minilm-wikiqa", quantize="int8")  # doctest: +SKIP
@@ -541,11 +560,15 @@ def export_onnx(folder, quantize: str | None = None, opset: int = DEFAULT_OPSET)
             report[quantize] = {"file": GRAPH_FILES[quantize], "max_abs_score_diff_vs_torch": diff}
             written[quantize] = int8
             logger.info("%s graph: max |score difference| vs torch %.2e (on a few dummy pairs)", quantize, diff)
+        if spec is CROSS_ENCODER_SPEC and stage_ends(config):
+            stage_written, stage_report = _export_cascade_stages(model, batches, staging, metadata, quantize, opset)
+            written.update(stage_written)
+            report.update(stage_report)
         paths = {}
         for kind, path in written.items():
             paths[kind] = target_dir / path.name
             os.replace(path, paths[kind])
-        _drop_stale_graphs(target_dir, metadata[WEIGHTS_KEY], keep=set(paths.values()))
+        _drop_stale_graphs(target_dir, metadata[WEIGHTS_KEY], keep=set(paths.values()), ends=stage_ends(config))
         earlier = _read_record(target_dir / EXPORT_RECORD)
         if earlier.get("weights_sha256") == metadata[WEIGHTS_KEY]:  # graphs of the same weights that stay beside these
             report = {
@@ -570,6 +593,81 @@ def export_onnx(folder, quantize: str | None = None, opset: int = DEFAULT_OPSET)
     return paths
 
 
+def _export_cascade_stages(model, batches, staging: Path, metadata: dict, quantize: str | None, opset: int):
+    """Trace, check and (with ``quantize``) quantize one graph per cascade stage (:mod:`as2hub.modeling.onnx_cascade`)
+    into ``staging``; the fp32 graphs are refused beyond :data:`EXPORT_ATOL` of the torch staged path (scores, and
+    hidden states relative to their scale). Returns (written, report), keyed ``cascade_stage{k}[/int8]``."""
+    ort = require_onnx()
+    config = model.config
+    ends = stage_ends(config)
+    cases = torch_stage_cases(model, batches)
+    written, report = {}, {}
+    for stage, stage_cases in enumerate(cases):
+        io = stage_io(stage, len(ends))
+        name = f"cascade_stage{stage}"
+        stage_metadata = {**metadata, CASCADE_KEY: stage_record(stage, ends)}
+        fp32 = staging / stage_graph_file(stage)
+        logger.info(
+            "exporting cascade stage %d (layers %d-%d) to ONNX", stage, ends[stage - 1] if stage else 0, ends[stage]
+        )
+        with torch.no_grad(), warnings.catch_warnings(), trace_context(model, stage):
+            warnings.simplefilter("ignore")
+            torch.onnx.export(
+                CascadeStageModule(model, stage),
+                tuple(stage_cases[0].inputs[key] for key in io.input_names),
+                str(fp32),
+                input_names=list(io.input_names),
+                output_names=list(io.output_names),
+                dynamic_axes=io.dynamic_axes,
+                opset_version=opset,
+                dynamo=False,
+            )
+        _set_metadata(fp32, {**stage_metadata, "as2hub.quantization": "none"})
+        diffs = _stage_diffs(fp32, stage_cases, io, config)
+        if max(diffs.values()) > EXPORT_ATOL:
+            raise RuntimeError(
+                f"the exported graph of cascade stage {stage} differs from the torch staged path ({diffs}; > "
+                f"{EXPORT_ATOL}); nothing was written (onnxruntime {ort.__version__}, torch {torch.__version__}, "
+                f"opset {opset})"
+            )
+        layers = [ends[stage - 1] if stage else 0, ends[stage]]
+        report[name] = {"file": fp32.name, "layers": layers, **diffs}
+        written[name] = fp32
+        if quantize is not None:
+            int8 = staging / stage_graph_file(stage, quantize)
+            with _quiet_root_logger():
+                quantize_int8(fp32, int8)
+            _set_metadata(int8, {**stage_metadata, "as2hub.quantization": INT8_DESCRIPTION})
+            diffs = _stage_diffs(int8, stage_cases, io, config)
+            report[f"{name}/{quantize}"] = {"file": int8.name, "layers": layers, **diffs}
+            written[f"{name}/{quantize}"] = int8
+            logger.info("%s cascade stage %d: %s vs torch (on a few dummy pairs)", quantize, stage, diffs)
+    return written, report
+
+
+def _stage_diffs(path: Path, cases, io, config) -> dict[str, float]:
+    """The largest score difference of a stage graph vs the torch staged path on ``cases``, and (except the last
+    stage) the largest hidden-state difference divided by ``max(1, max |hidden|)``."""
+    ort = require_onnx()
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = 1
+    session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+    scores, hidden = 0.0, 0.0
+    for case in cases:
+        outputs = session.run(None, {key: case.inputs[key].numpy() for key in io.input_names})
+        got = torch.from_numpy(outputs[-1])
+        diff = probability_of_correct(got, config) - probability_of_correct(case.logits, config)
+        scores = max(scores, float(diff.abs().max()))
+        if case.hidden is not None:
+            expected = case.hidden.float()
+            scale = max(1.0, float(expected.abs().max()))
+            hidden = max(hidden, float((torch.from_numpy(outputs[0]) - expected).abs().max()) / scale)
+    diffs = {"max_abs_score_diff_vs_torch": scores}
+    if len(io.output_names) > 1:
+        diffs["max_rel_hidden_diff_vs_torch"] = hidden
+    return diffs
+
+
 def _read_record(path: Path) -> dict:
     try:
         return json.loads(path.read_text())
@@ -577,21 +675,28 @@ def _read_record(path: Path) -> dict:
         return {}
 
 
-def _drop_stale_graphs(target_dir: Path, weights: str, keep: set[Path]) -> None:
-    """Remove as2hub graphs of older weights that this export did not rewrite (e.g. an int8 graph left from before)."""
+def _drop_stale_graphs(target_dir: Path, weights: str, keep: set[Path], ends: list[int] = ()) -> None:
+    """Remove as2hub graphs of older weights that this export did not rewrite (e.g. an int8 graph left from before),
+    and cascade stage graphs of other stages than ``ends`` (the folder's cascade stages now)."""
     ort = require_onnx()
-    for name in GRAPH_FILES.values():
-        path = target_dir / name
+    stage_graphs = sorted(target_dir.glob(STAGE_GLOB))
+    for path in [*(target_dir / name for name in GRAPH_FILES.values()), *stage_graphs]:
         if path in keep or not path.is_file():
             continue
         try:
             session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-            exported_from = session.get_modelmeta().custom_metadata_map.get(WEIGHTS_KEY)
+            metadata = session.get_modelmeta().custom_metadata_map
         except Exception:  # noqa: BLE001 - an unreadable graph is left alone; loading it will say so
             continue
+        exported_from = metadata.get(WEIGHTS_KEY)
         if exported_from is not None and exported_from != weights:
             logger.warning("removing %s: exported from other weights (re-export with --quantize to rebuild it)", path)
             path.unlink()
+        elif path in stage_graphs and CASCADE_KEY in metadata:
+            stage = json.loads(metadata[CASCADE_KEY]).get("stage", -1)
+            if not 0 <= stage < len(ends) or metadata[CASCADE_KEY] != stage_record(stage, list(ends)):
+                logger.warning("removing %s: a cascade stage graph of other cascade_layers", path)
+                path.unlink()
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -633,10 +738,14 @@ class OnnxRankerModel:
             raise ValueError("pass num_threads or session_options, not both")
         self.graph_path = Path(graph_path)
         self.config = config
-        self.session = ort.InferenceSession(
-            str(graph_path), session_options, providers=providers or ["CPUExecutionProvider"]
-        )
+        self.session_options = session_options
+        self.providers = providers or ["CPUExecutionProvider"]
+        self.session = ort.InferenceSession(str(graph_path), session_options, providers=self.providers)
         self.input_names = [node.name for node in self.session.get_inputs()]
+        # the cascade's stage graphs are loaded on first use (cascade_stages), checked like the main graph when
+        # from_pretrained checked it
+        self.check_weights = False
+        self._cascade: OnnxCascadeStages | None = None
 
     @classmethod
     def from_pretrained(
@@ -667,6 +776,7 @@ class OnnxRankerModel:
         model = cls(graph, config, num_threads=num_threads, session_options=session_options, providers=providers)
         if check_weights:
             check_not_stale(graph, folder, config, model.session.get_modelmeta().custom_metadata_map, quantize)
+        model.check_weights = check_weights
         logger.info("ONNX Runtime %s session on %s (%s threads)", ort.__version__, graph, num_threads or "default")
         return model
 
@@ -681,9 +791,76 @@ class OnnxRankerModel:
         """The probability of "correct", as ``ContextualAS2Mixin.logits_to_scores``."""
         return probability_of_correct(logits, self.config)
 
+    @property
+    def quantize(self) -> str | None:
+        """The quantization of the graph this session runs (None: fp32, or a graph of another name)."""
+        return {name: key for key, name in GRAPH_FILES.items()}.get(self.graph_path.name)
 
-def check_not_stale(graph: Path, folder: Path, config, metadata: dict, quantize: str | None = None) -> None:
-    """Raise :class:`StaleOnnxExportError` when ``graph`` was not exported from the folder's weights and config."""
+    def cascade_stages(self) -> OnnxCascadeStages:
+        """The cascade's stage graphs beside this graph (``onnx/cascade_stage{k}[_qint8_dynamic].onnx``), loaded on
+        first use with this session's options: what :func:`~as2hub.modeling.cascade.cascade_scores` runs for
+        ``Ranker.rank(..., cascade_drop=...)``. Missing or stale stage graphs raise with the command that writes them."""
+        if self._cascade is None:
+            self._cascade = load_cascade_stages(
+                self.graph_path.parent.parent,
+                self.config,
+                self.quantize,
+                session_options=self.session_options,
+                providers=self.providers,
+                check_weights=self.check_weights,
+            )
+        return self._cascade
+
+
+def load_cascade_stages(
+    folder, config, quantize: str | None = None, session_options=None, providers=None, check_weights: bool = True
+) -> OnnxCascadeStages:
+    """Sessions on a ranker folder's cascade stage graphs (:mod:`as2hub.modeling.onnx_cascade`).
+
+    :class:`MissingOnnxExportError` when a stage graph is missing (a folder exported before it had cascade heads, or
+    by an older as2hub), :class:`StaleOnnxExportError` when one was exported from other weights, config, quantization
+    or ``cascade_layers``; both name the ``as2hub-export-onnx`` command that rewrites them. Nothing falls back.
+    """
+    ort = require_onnx()
+    folder = Path(folder)
+    ends = stage_ends(config)
+    if not ends:
+        raise NoCascadeHeadsError(f"{folder}: config.json has no cascade_layers, so there are no cascade stages to run")
+    flag = f" --quantize {quantize}" if quantize else ""
+    command = f"`as2hub-export-onnx {folder}{flag}`"
+    paths = [folder / ONNX_SUBFOLDER / stage_graph_file(stage, quantize) for stage in range(len(ends))]
+    missing = [path for path in paths if not path.is_file()]
+    if missing:
+        raise MissingOnnxExportError(
+            f"{missing[0]} does not exist: cascade_drop on the ONNX backend runs one graph per cascade stage (heads "
+            f"after layers {ends[:-1]}), and this folder's export has not got them (it was exported before the model "
+            f"had cascade heads, or by an older as2hub): export them with {command}"
+        )
+    if session_options is None:
+        session_options = ort.SessionOptions()
+        session_options.inter_op_num_threads = 1
+    current = weights_sha256(folder) if check_weights else None
+    sessions = []
+    for stage, path in enumerate(paths):
+        session = ort.InferenceSession(str(path), session_options, providers=providers or ["CPUExecutionProvider"])
+        metadata = session.get_modelmeta().custom_metadata_map
+        if check_weights:
+            check_not_stale(path, folder, config, metadata, quantize, current_weights=current)
+        if metadata.get(CASCADE_KEY) != stage_record(stage, ends):
+            raise StaleOnnxExportError(
+                f"{path} is stale: it was exported as cascade stage {metadata.get(CASCADE_KEY)}, the folder's "
+                f"config.json has cascade stages ending after layers {ends}: re-export with {command}"
+            )
+        sessions.append(session)
+    logger.info("ONNX Runtime cascade: %d stage graphs (stages end after layers %s)", len(sessions), ends)
+    return OnnxCascadeStages(sessions, ends)
+
+
+def check_not_stale(
+    graph: Path, folder: Path, config, metadata: dict, quantize: str | None = None, current_weights=...
+) -> None:
+    """Raise :class:`StaleOnnxExportError` when ``graph`` was not exported from the folder's weights and config
+    (``current_weights``: the folder's :func:`weights_sha256` when already computed)."""
     flag = f" --quantize {quantize}" if quantize else ""
     rerun = f"re-export with `as2hub-export-onnx {folder}{flag}`"
     exported_from = metadata.get(WEIGHTS_KEY)
@@ -692,7 +869,7 @@ def check_not_stale(graph: Path, folder: Path, config, metadata: dict, quantize:
             f"{graph} has no as2hub export record (was it made by another tool?): {rerun}, "
             "or pass check_weights=False to use it as it is"
         )
-    current = weights_sha256(folder)
+    current = weights_sha256(folder) if current_weights is ... else current_weights
     if current is None:  # e.g. downloaded from the Hub without the torch weights
         logger.info("%s has no weights to check %s against; using the graph as it is", folder, graph.name)
     elif current != exported_from:
@@ -724,4 +901,7 @@ def _local_folder(path, quantize: str | None) -> Path:
     from huggingface_hub import snapshot_download
 
     patterns = ["*.json", "*.txt", "*.model", "*.py", f"{ONNX_SUBFOLDER}/{GRAPH_FILES[quantize]}"]
+    # the cascade's stage graphs of the same quantization (used only with cascade_drop)
+    stages = ["[0-9]", "[0-9][0-9]"] if quantize is None else ["*"]
+    patterns += [f"{ONNX_SUBFOLDER}/{stage_graph_file(stage, quantize)}" for stage in stages]
     return Path(snapshot_download(str(path), allow_patterns=patterns))
