@@ -59,8 +59,8 @@ def check_cascade(model, drop: float) -> None:
         )
     if not (hasattr(model, "cascade_encode") or hasattr(model, "cascade_stages")):
         raise NoCascadeHeadsError(
-            f"{type(model).__name__} cannot run the cascade's stages: use backend 'torch', 'torch-bf16' or a CUDA "
-            "backend (modeling/CASCADE.md)"
+            f"{type(model).__name__} cannot run the cascade's stages: use backend 'torch', 'torch-bf16', 'onnx', "
+            "'onnx-int8' or a CUDA backend (modeling/CASCADE.md)"
         )
 
 
