@@ -531,7 +531,9 @@ def export_onnx(folder, quantize: str | None = None, opset: int = DEFAULT_OPSET)
             # The tracer's notes on Python-side shape arithmetic (the traced shapes are checked below instead).
             warnings.simplefilter("ignore")
             torch.onnx.export(
-                _LogitsOnly(model, spec.input_names),
+                _LogitsOnly(
+                    model, spec.input_names
+                ).eval(),  # a wrapper in train mode: the exporter restores it, model too
                 tuple(batches[0][name] for name in spec.input_names),
                 str(fp32),
                 input_names=list(spec.input_names),
@@ -600,6 +602,7 @@ def _export_cascade_stages(model, batches, staging: Path, metadata: dict, quanti
     ort = require_onnx()
     config = model.config
     ends = stage_ends(config)
+    model.eval()  # dropout off, whatever an earlier export left (torch.onnx.export restores its wrapper's mode)
     cases = torch_stage_cases(model, batches)
     written, report = {}, {}
     for stage, stage_cases in enumerate(cases):
@@ -613,7 +616,7 @@ def _export_cascade_stages(model, batches, staging: Path, metadata: dict, quanti
         with torch.no_grad(), warnings.catch_warnings(), trace_context(model, stage):
             warnings.simplefilter("ignore")
             torch.onnx.export(
-                CascadeStageModule(model, stage),
+                CascadeStageModule(model, stage).eval(),
                 tuple(stage_cases[0].inputs[key] for key in io.input_names),
                 str(fp32),
                 input_names=list(io.input_names),

@@ -247,3 +247,21 @@ def test_a_folder_exported_before_its_heads_or_with_stale_stage_graphs_is_refuse
     (stale / "config.json").write_text(json.dumps(config))
     with pytest.raises(StaleOnnxExportError, match=r"cascade stages ending after layers \[1, 2, 4\]"):
         OnnxRankerModel.from_pretrained(stale, quantize="int8").cascade_stages()
+
+
+def test_a_model_with_dropout_exports_its_stages_in_eval_mode(tokenizers, tmp_path):
+    """The main graph's export must not leave the model in train mode for the stage exports: with dropout (MiniLM's
+    0.1) the stage check then failed on a real ranker while the dropout-free test models passed."""
+    model, tokenizer = cascade_model(tokenizers, "bert", layers=(1,), depth=2)
+    model.config.hidden_dropout_prob = model.config.attention_probs_dropout_prob = 0.1
+    model.save_pretrained(tmp_path)
+    tokenizer.save_pretrained(tmp_path)
+    written = export_onnx(tmp_path)
+    assert {"fp32", "cascade_stage0", "cascade_stage1"} <= set(written)
+    reloaded = Ranker.from_pretrained(tmp_path, backend="onnx", num_threads=1)
+    reference = Ranker.from_pretrained(tmp_path)
+    assert reference.model.config.hidden_dropout_prob == 0.1
+    got = reloaded.rank(QUESTION, CANDIDATES, CONTEXTS, cascade_drop=0.5)
+    expected = reference.rank(QUESTION, CANDIDATES, CONTEXTS, cascade_drop=0.5)
+    assert [(c.index, c.layer) for c in got] == [(c.index, c.layer) for c in expected]
+    assert [c.score for c in got] == pytest.approx([c.score for c in expected], abs=1e-4)
