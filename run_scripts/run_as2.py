@@ -53,6 +53,7 @@ from as2hub.run_scripts.arguments import (
     setup_logging,
     without_evaluation,
 )
+from as2hub.training.cascade_heads import train_cascade_heads
 
 logger = logging.getLogger("as2hub.run_as2")
 
@@ -101,8 +102,9 @@ class ModelArguments(LoraArguments):
     cascade_heads_only: bool = field(
         default=False,
         metadata={
-            "help": "With --cascade_layers on a fine-tuned ranker: train only the new cascade heads (encoder and final "
-            "head frozen, so the full model's scores do not change); a cheap step, e.g. 1 epoch at lr 1e-3."
+            "help": "With --cascade_layers on a fine-tuned ranker: train only the cascade heads, on the first-token "
+            "states of the frozen encoder computed once (the full model's scores do not change); a cheap step, e.g. "
+            "10 epochs at lr 1e-3 (training/cascade_heads.py)."
         },
     )
 
@@ -219,17 +221,6 @@ def choose_contextual(model_args: ModelArguments, train) -> bool:
     return model_args.contextual
 
 
-def freeze_all_but_cascade_heads(model, training_args) -> None:
-    """The cheap step: only ``cascade_heads`` train, so the full model's scores stay those of the loaded ranker. Dev
-    MAP (the final head's) cannot change, so neither early stopping nor the best checkpoint apply: the last heads are
-    kept."""
-    for name, parameter in model.named_parameters():
-        parameter.requires_grad = name.startswith("cascade_heads.")
-    trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
-    logger.info("--cascade_heads_only: training %d parameters (the cascade heads); the rest is frozen", trainable)
-    training_args.load_best_model_at_end = False
-
-
 def check_arguments(model_args: ModelArguments, data_args: DataArguments) -> None:
     """Contradictions between flags, raised before any data or model is loaded."""
     if model_args.pairwise and model_args.contextual:
@@ -275,8 +266,6 @@ def main(argv: list[str] | None = None) -> dict:
         model = load_model(model_args, tokenizer, contextual)
     else:
         model, tokenizer = tiny_default(contextual, model_args.cascade_overrides())
-    if model_args.cascade_heads_only:
-        freeze_all_but_cascade_heads(model, training_args)
     collator = ContextualAS2Collator(
         tokenizer, max_length=data_args.max_length, contextual=contextual, num_token_types=model.config.type_vocab_size
     )
@@ -301,16 +290,20 @@ def main(argv: list[str] | None = None) -> dict:
         train_dataset=tokenized["train"],
         eval_dataset=tokenized.get("validation"),
         compute_metrics=make_compute_metrics(splits["validation"].dataset["question_id"]) if has_dev else None,
-        callbacks=[EarlyStoppingCallback(data_args.early_stopping_patience)]
-        if has_dev and training_args.load_best_model_at_end
-        else [],
+        callbacks=[EarlyStoppingCallback(data_args.early_stopping_patience)] if has_dev else [],
     )
     resume = training_args.resume_from_checkpoint
     remove_stale_checkpoints(stale_checkpoints, training_args)
-    train_result = trainer.train(resume_from_checkpoint=resume)
-    trainer.log_metrics("train", train_result.metrics)
+    if model_args.cascade_heads_only:  # the cheap step: the heads alone, on cached first-token states
+        dev_ids = splits["validation"].dataset["question_id"] if has_dev else None
+        train_metrics = train_cascade_heads(
+            model, collator, tokenized["train"], tokenized.get("validation"), dev_ids, training_args
+        )
+    else:
+        train_metrics = trainer.train(resume_from_checkpoint=resume).metrics
+    trainer.log_metrics("train", train_metrics)
 
-    results = {"train": train_result.metrics}
+    results = {"train": train_metrics}
     if has_dev:
         results["dev"] = trainer.evaluate()
         trainer.log_metrics("eval", results["dev"])

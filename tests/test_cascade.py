@@ -279,9 +279,12 @@ def test_run_as2_trains_heads_multi_task_then_heads_only_leaves_the_ranker_uncha
     }
     # 2. The cheap step on that ranker: only the heads move.
     (tmp_path / "b").mkdir()
-    run_as2.main(
+    results = run_as2.main(
         tiny_args(tmp_path / "b", first, "--cascade_layers", "1", "--cascade_heads_only", "--learning_rate", "1e-2")
     )
+    assert results["train"]["epochs"] == 3 and results["train"]["train_rows"] == 48  # 3 epochs of 4 x 12 rows
+    assert results["train"]["train_loss_last_epoch"] < results["train"]["train_loss_first_epoch"]
+    assert 0.0 < results["train"]["dev_layer1_map"] <= 1.0
     second = tmp_path / "b" / "out"
     trained = load_file(second / "model.safetensors")
     changed = {key for key in weights if not torch.equal(weights[key], trained[key])}
