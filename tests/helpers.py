@@ -60,3 +60,15 @@ def spread(model, score, seed):
             last.weight.mul_(scale)
             last.bias.mul_(scale).sub_(logits.mean() * scale)
     return model
+
+
+def redraw_weights(model, std: float, seed: int) -> None:
+    """Every weight matrix drawn anew from normal(0, ``std``), every other parameter but the layer norms zeroed: scores
+    that depend on the input as a trained model's do (``test_backends.spread_tiny_ranker``)."""
+    torch.manual_seed(seed)
+    with torch.no_grad():
+        for name, parameter in model.named_parameters():
+            if parameter.ndim == 2:
+                parameter.normal_(0.0, std)
+            elif "LayerNorm" not in name:
+                parameter.zero_()

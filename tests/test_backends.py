@@ -7,7 +7,7 @@ import sys
 
 import pytest
 import torch
-from helpers import BACKBONES, HAS_ONNX, needs_onnx
+from helpers import BACKBONES, HAS_ONNX, needs_onnx, redraw_weights
 from test_onnx_backend import CANDIDATES, QUESTION, score_all
 from test_onnx_joint import saved_joint
 from transformers import AutoTokenizer
@@ -110,13 +110,7 @@ def spread_tiny_ranker(stock_checkpoint, folder, backbone, contextual, export=Tr
         source, contextual=contextual, sep_token_id=tokenizer.sep_token_id
     )
     for seed in range(3, 13):
-        torch.manual_seed(seed)
-        with torch.no_grad():
-            for name, parameter in model.named_parameters():
-                if parameter.ndim == 2:
-                    parameter.normal_(0.0, std)
-                elif "LayerNorm" not in name:
-                    parameter.zero_()
+        redraw_weights(model, std, seed)
         model.save_pretrained(folder)
         tokenizer.save_pretrained(folder)
         if min_spread is None:

@@ -35,8 +35,12 @@ CANDIDATES = [
 CONTEXTS = [f"Context sentence number {i} about memory." for i in range(len(CANDIDATES))]
 
 
-def cascade_model(tokenizers, backbone: str, contextual: bool = True, layers=(1, 3), depth: int = 4, seed: int = 0):
-    """A tiny random model with cascade heads, its weights and heads moved off their init so scores spread."""
+def cascade_model(
+    tokenizers, backbone: str, contextual: bool = True, layers=(1, 3), depth: int = 4, seed: int = 0, logit_std=2.0
+):
+    """A tiny random model with cascade heads, its weights and heads moved off their init so scores spread (each head's
+    logits on the test candidates: mean 0, std ``logit_std``; a smaller one for graphs checked at export within 1e-4,
+    where large head weights amplify float rounding)."""
     style = BACKBONES[backbone][0]
     tokenizer = tokenizers[style]
     config_class, model_class = CONTEXTUAL_MODELS[backbone]
@@ -66,7 +70,7 @@ def cascade_model(tokenizers, backbone: str, contextual: bool = True, layers=(1,
         finals = [m for m in model.classifier.modules() if isinstance(m, torch.nn.Linear)][-1:]
         heads = [head.out_proj for head in model.cascade_heads or ()]
         for linear, logits in zip([*heads, *finals], [*(output.cascade_logits or ()), output.logits]):
-            scale = 2.0 / logits.std()
+            scale = logit_std / logits.std()
             linear.weight.mul_(scale)
             linear.bias.mul_(scale).sub_(logits.mean() * scale)
     return model, tokenizer

@@ -9,7 +9,7 @@ import shutil
 
 import pytest
 import torch
-from helpers import BACKBONES, needs_onnx
+from helpers import BACKBONES, needs_onnx, redraw_weights
 from test_cascade import CANDIDATES, CONTEXTS, QUESTION, cascade_model
 from test_onnx_backend import INT8_TOLERANCE
 
@@ -58,13 +58,7 @@ def spread_cascade_model(tokenizers, backbone, contextual, std=0.2, min_spread=0
     absolute part of the tolerance too)."""
     model, tokenizer = cascade_model(tokenizers, backbone, contextual)
     for seed in range(3, 13):
-        torch.manual_seed(seed)
-        with torch.no_grad():
-            for name, parameter in model.named_parameters():
-                if parameter.ndim == 2:
-                    parameter.normal_(0.0, std)
-                elif "LayerNorm" not in name:
-                    parameter.zero_()
+        redraw_weights(model, std, seed)
         spreads = [(s.max() - s.min()).item() for s in head_logits(model, tokenizer, contextual, scores=True)]
         if min(spreads) > min_spread:
             break
@@ -152,7 +146,7 @@ def test_stage_graphs_equal_the_torch_staged_path(cascade_folder, backbone, cont
         stage: (s.max() - s.min()).item()
         for stage, s in enumerate(head_logits(model, tokenizer, contextual, scores=True))
     }
-    assert min(spread.values()) > 0.05, f"degenerate check: the scores hardly spread: {spread}"
+    assert min(spread.values()) > 0.03, f"degenerate check: the scores hardly spread: {spread}"
 
     fp32 = Ranker.from_pretrained(folder, backend="onnx", num_threads=1).model.cascade_stages()
     assert fp32.stages == [1, 3, 4]
@@ -174,7 +168,7 @@ def test_rank_with_the_cascade_on_onnx(cascade_folder, backbone, backend):
     ranker = Ranker.from_pretrained(folder, backend=backend, num_threads=1, batch_size=4)
     check_cascade(ranker.model, 0.4)  # the ONNX model runs stages
     full = ranker.score_pairs([QUESTION] * len(CANDIDATES), CANDIDATES, CONTEXTS).tolist()
-    assert max(full) - min(full) > 0.05, "degenerate check: the scores hardly spread"
+    assert max(full) - min(full) > 0.03, "degenerate check: the scores hardly spread"
     at_zero = ranker.rank(QUESTION, CANDIDATES, CONTEXTS, cascade_drop=0.0)
     assert [c.layer for c in at_zero] == [4] * 10
     # The last stage's scores are the full graph's, int8 included: the stages run the same operators on the same
@@ -199,7 +193,7 @@ def test_rank_with_the_cascade_on_onnx(cascade_folder, backbone, backend):
 def test_a_folder_exported_before_its_heads_or_with_stale_stage_graphs_is_refused(cascade_folder, tmp_path):
     source, model, tokenizer = cascade_folder("bert")
     # exported before the heads existed: a model without heads, exported, then heads added in config and weights
-    plain, _ = cascade_model({"bert": tokenizer}, "bert", layers=())
+    plain, _ = cascade_model({"bert": tokenizer}, "bert", layers=(), logit_std=0.3)
     before = tmp_path / "before"
     plain.save_pretrained(before)
     tokenizer.save_pretrained(before)
@@ -229,7 +223,7 @@ def test_a_folder_exported_before_its_heads_or_with_stale_stage_graphs_is_refuse
         rf"as2hub-export-onnx {stale} --quantize int8",
     ):
         Ranker.from_pretrained(stale, backend="onnx-int8").rank(QUESTION, CANDIDATES, cascade_drop=0.4)
-    other, _ = cascade_model({"bert": tokenizer}, "bert", seed=5)
+    other, _ = cascade_model({"bert": tokenizer}, "bert", seed=5, logit_std=0.3)
     other_folder = tmp_path / "other"
     other.save_pretrained(other_folder)
     tokenizer.save_pretrained(other_folder)
@@ -252,7 +246,7 @@ def test_a_folder_exported_before_its_heads_or_with_stale_stage_graphs_is_refuse
 def test_a_model_with_dropout_exports_its_stages_in_eval_mode(tokenizers, tmp_path):
     """The main graph's export must not leave the model in train mode for the stage exports: with dropout (MiniLM's
     0.1) the stage check then failed on a real ranker while the dropout-free test models passed."""
-    model, tokenizer = cascade_model(tokenizers, "bert", layers=(1,), depth=2)
+    model, tokenizer = cascade_model(tokenizers, "bert", layers=(1,), depth=2, logit_std=0.3)
     model.config.hidden_dropout_prob = model.config.attention_probs_dropout_prob = 0.1
     model.save_pretrained(tmp_path)
     tokenizer.save_pretrained(tmp_path)
@@ -264,4 +258,4 @@ def test_a_model_with_dropout_exports_its_stages_in_eval_mode(tokenizers, tmp_pa
     got = reloaded.rank(QUESTION, CANDIDATES, CONTEXTS, cascade_drop=0.5)
     expected = reference.rank(QUESTION, CANDIDATES, CONTEXTS, cascade_drop=0.5)
     assert [(c.index, c.layer) for c in got] == [(c.index, c.layer) for c in expected]
-    assert [c.score for c in got] == pytest.approx([c.score for c in expected], abs=1e-4)
+    assert [c.score for c in got] == pytest.approx([c.score for c in expected], abs=1e-3)  # the bug: 0.03-0.06
