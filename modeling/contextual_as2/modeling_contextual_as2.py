@@ -105,8 +105,8 @@ class ContextualAS2Mixin(TokenTypeGrowthMixin):
         return_dict = kwargs.pop("return_dict", None)
         token_type_ids = self._segment_ids(input_ids, attention_mask, token_type_ids)
         heads = self.cascade_heads
-        want_cascade = heads is not None and (kwargs.pop("output_cascade_logits", False) or self.training)
-        kwargs.pop("output_cascade_logits", None)
+        asked = kwargs.pop("output_cascade_logits", False)
+        want_cascade = heads is not None and (asked or self.training)
         want_hidden = bool(kwargs.get("output_hidden_states") or self.config.output_hidden_states)
         if want_cascade:
             kwargs["output_hidden_states"] = True
