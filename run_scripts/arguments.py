@@ -160,7 +160,17 @@ def run_cli(main, argv: list[str] | None = None) -> int:
     except user_errors() as error:
         print(f"error: {one_line(error)}", file=sys.stderr, flush=True)
         return EXIT_USER_ERROR
+    end_process_group()
     return result if isinstance(result, int) and not isinstance(result, bool) else 0
+
+
+def end_process_group() -> None:
+    """Under ``torchrun``, destroy the process group once ``main`` has returned: left to the interpreter's teardown,
+    gloo's worker threads can abort a rank after a finished run ("terminate called without an active exception",
+    SIGABRT, and torchrun reports the run failed). Only after success: on an error another rank may still be in a
+    collective, and destroying the group would wait on it."""
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        torch.distributed.destroy_process_group()
 
 
 # --------------------------------------------------------------------------------------------------------------------

@@ -165,3 +165,34 @@ def test_two_gloo_processes_split_the_stream_and_only_rank_0_writes(tmp_path):
         env,
     )  # fmt: skip
     assert (as2_out / "config.json").exists() and (as2_out / "README.md").exists()
+
+
+def test_a_command_destroys_its_process_group_after_success_and_leaves_it_after_an_error(tmp_path):
+    """Under torchrun a finished run once ended with rank 1 aborted by gloo's threads at interpreter exit ("terminate
+    called without an active exception"): ``run_cli`` destroys the process group once ``main`` returned, and not
+    after an error (another rank may still be in a collective)."""
+    import torch.distributed as dist
+
+    from as2hub.run_scripts.arguments import ArgumentError, run_cli
+
+    def start(name):
+        dist.init_process_group("gloo", init_method=f"file://{tmp_path / name}", rank=0, world_size=1)
+
+    def ok(argv):
+        start("ok")
+        dist.barrier()
+        return {"done": True}
+
+    assert run_cli(ok, []) == 0
+    assert not dist.is_initialized()
+
+    def fails(argv):
+        start("fails")
+        raise ArgumentError("bad input")
+
+    try:
+        assert run_cli(fails, []) == 2
+        assert dist.is_initialized()
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
