@@ -335,5 +335,10 @@ def test_int8_scores_do_not_depend_on_batch_size_or_shard_boundaries(model_dir, 
         score_files(str(model), inputs[0], folder, engine="datasets", rows_per_shard=rows_per_shard, **options)
         runs[batch_size] = torch.tensor(read_output(folder).column("score").to_pylist())
     assert runs[1].max() - runs[1].min() > 0.5  # the scores spread, so a shuffled row would show
-    assert (runs[8] - runs[1]).abs().max().item() <= 1e-6
-    assert (runs[64] - runs[1]).abs().max().item() <= 1e-6
+    # Per-batch activation scales moved a score by 5.5e-4 to 9.7e-4 (issue 30, BACKENDS.md). What remains is float
+    # rounding of the reductions over the padded length, the same as on the fp32 graph: with this test's model (its
+    # head scaled for a spread of scores, which scales the rounding with it) measured on three draws of the test
+    # tokenizer (AMX Xeon, 2026-11-27): fp32 ONNX up to 1.8e-6, 2.3e-6, 2.9e-6; per-token int8 up to 1.9e-6, 6e-8,
+    # 7.8e-7. CI once saw 1.03e-6 against the former bound of 1e-6.
+    assert (runs[8] - runs[1]).abs().max().item() <= 1e-5
+    assert (runs[64] - runs[1]).abs().max().item() <= 1e-5
