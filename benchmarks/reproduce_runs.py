@@ -548,7 +548,22 @@ def cpu_seconds() -> float:
     return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
 
 
-def _finish(record: dict, output_dir: Path, results: dict, start: float, cpu_start: float) -> dict:
+def _logged_training(output_dir: Path) -> dict:
+    """Steps and mean training loss of the whole run from the last checkpoint's log (read before the checkpoints are
+    dropped): after a resume the Trainer's own ``train_loss`` and step rate cover only the last segment (0.0 and 0
+    when it resumed from the final checkpoint)."""
+    states = sorted(output_dir.glob("checkpoint-*/trainer_state.json"), key=lambda p: int(p.parent.name.split("-")[1]))
+    if not states:
+        return {}
+    state = json.loads(states[-1].read_text())
+    losses = [e["loss"] for e in state.get("log_history", []) if "loss" in e]
+    return {"train_steps": state.get("global_step"), "train_loss": sum(losses) / len(losses) if losses else None,
+            "train_loss_from": "the mean of the logged losses (the run was resumed)"}  # fmt: skip
+
+
+def _finish(
+    record: dict, output_dir: Path, results: dict, start: float, cpu_start: float, logged: dict | None = None
+) -> dict:
     record.update(
         {
             "finished": now_iso(),
@@ -564,6 +579,7 @@ def _finish(record: dict, output_dir: Path, results: dict, start: float, cpu_sta
             "load_average_after": list(os.getloadavg()),
         }
     )
+    record.update(logged or {})
     return record
 
 
@@ -605,8 +621,9 @@ def run_as2_like(
     record["dev"] = {n: results["dev"].get(f"eval_{n}") for n in quality.METRICS} if "dev" in results else None
     record["dev_history"] = quality._dev_history(output_dir)
     record["per_question"] = quality.per_question(*saved)
+    logged = _logged_training(output_dir) if resume else None
     _drop_checkpoints(output_dir)
-    return _finish(record, output_dir, results, start, cpu_start)
+    return _finish(record, output_dir, results, start, cpu_start, logged)
 
 
 def qe_gold(cfg) -> dict:
@@ -650,8 +667,9 @@ def run_qe(cfg, system, output_dir: Path, seed: int, gold: dict, resume: str | N
         record["dev_history"] = [{k: v for k, v in e.items() if k in ("epoch", "step") or k.startswith("eval_")}
                                  for e in history if "eval_sp_f1" in e]  # fmt: skip
     record["per_question"] = per_q
+    logged = _logged_training(output_dir) if resume else None
     _drop_checkpoints(output_dir)
-    return _finish(record, output_dir, results, start, cpu_start)
+    return _finish(record, output_dir, results, start, cpu_start, logged)
 
 
 def latest_checkpoint(folder: Path) -> str | None:

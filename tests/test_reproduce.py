@@ -398,6 +398,9 @@ def test_an_interrupted_fine_tuning_continues_from_its_last_epoch(tmp_path, stoc
     record = report["runs"]["pairwise"]["42"]
     assert record["resumed_from"] == partial["checkpoint"] and len(record["earlier_segments"]) == 1
     assert [h["epoch"] for h in record["dev_history"]] == [1.0, 2.0] and saves[1] == 2 * saves[0]
+    # The whole run's steps, not the last segment's (the Trainer reports the segment's after a resume); its loss is
+    # the mean of the logged losses, none at this size (logging every 50 steps): unknown, not the segment's average.
+    assert record["train_steps"] == saves[1] and record["train_loss"] is None, record
 
 
 @pytest.mark.slow
