@@ -690,8 +690,9 @@ def markdown_report(cfg, table, summary: dict) -> str:
             sources = ["004: tables not extracted" if system.name != "pairwise" else "004: not extracted"]
         rows.append(row + ["; ".join(sources) or "–"])
     lines.append(stats.markdown(headers, rows))
-    lines += ["", "Differences a − b (points): ours with a 95% paired-bootstrap interval over questions; paper: "
-              "difference of its means (same paper, table and model family) or the direction it reports.", ""]  # fmt: skip
+    lines += ["", "Differences a − b (points): ours with a 95% paired-bootstrap interval, over seeds and questions "
+              "(two-level) where both systems have 2 or more seeds, over questions with one; paper: difference of its "
+              "means (same paper, table and model family) or the direction it reports.", ""]  # fmt: skip
     headers = ["a − b", "seeds"] + [f"Δ{_name(m)} (ours)" for m in metrics] + ["paper", "paper's claim"]
     rows = []
     for name, entry in summary["comparisons"].items():

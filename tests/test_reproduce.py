@@ -191,6 +191,29 @@ def test_mean_std_and_paired_bootstrap_against_an_independent_computation():
         assert found[metric]["ci95"] == [0.0, 0.0] and found[metric]["zero_in_ci95"] is True
 
 
+def test_the_two_level_interval_counts_the_seeds_that_disagree():
+    """b scores 0.5 on every question with every seed; a's seeds score 0.9, 0.5 and 0.4 on every question. Averaged
+    over the seeds a is 0.1 ahead on every question, so the question-only interval is [0.1, 0.1]; resampling the
+    seeds, all three draws are seed 44 (mean 0.4) or all seed 42 (0.9) in 1/27 of the resamples each, more than the
+    2.5% in each tail: the two-level interval is [0.4 - 0.5, 0.9 - 0.5] = [-0.1, +0.4], and it holds 0."""
+    questions = [f"q{i}" for i in range(40)]
+
+    def runs_of(values: dict) -> dict:
+        return {seed: {"test": {"map": value}, "per_question": {q: {"map": value} for q in questions}}
+                for seed, value in values.items()}  # fmt: skip
+
+    a, b = runs_of({"42": 0.9, "43": 0.5, "44": 0.4}), runs_of({"42": 0.5, "43": 0.5, "44": 0.5})
+    found = reproduce_stats.compare(a, b, ("map",), resamples=10000, seed=0)["map"]
+    assert found["ci95"] == pytest.approx([0.1, 0.1]) and found["zero_in_ci95"] is False
+    assert found["ci95_seeds_and_questions"] == pytest.approx([-0.1, 0.4])
+    assert found["zero_in_ci95_seeds_and_questions"] is True
+    assert reproduce_stats.interval_text(found) == "+10.0 [-10.0, +40.0]"  # the tables print the two-level one
+    one_seed = reproduce_stats.compare({"42": a["42"]}, {"42": b["42"]}, ("map",))["map"]
+    assert (
+        "ci95_seeds_and_questions" not in one_seed and reproduce_stats.interval_text(one_seed) == "+40.0 [+40.0, +40.0]"
+    )
+
+
 def test_wikiqa_test_subset_keeps_the_first_clean_questions_whole(tmp_path):
     import gzip
 
