@@ -565,15 +565,24 @@ class Harness:
                 entry["paper_direction"] = direction[0]
             if found:
                 entry["same_sign_as_paper"] = _same_sign(entry, found, metrics)
+            entry["verdict_metric"] = comparison.metric or metrics[0]
+            entry["verdict"] = stats.verdict(
+                found, entry["verdict_metric"], _paper_sign(entry, entry["verdict_metric"])
+            )
             comparisons[f"{comparison.a} - {comparison.b}"] = entry
         return {"systems": systems, "comparisons": comparisons}
+
+
+def _paper_sign(entry: dict, metric: str) -> int | None:
+    """The sign of the paper's a - b on ``metric`` (its first reported difference), else its stated direction."""
+    paper = next((p["diff_points"][metric] for p in entry["paper"] if metric in p["diff_points"]), None)
+    return entry.get("paper_direction") if paper is None else (1 if paper > 0 else -1 if paper < 0 else 0)
 
 
 def _same_sign(entry: dict, found: dict, metrics) -> dict:
     out = {}
     for metric in metrics:
-        paper = next((p["diff_points"][metric] for p in entry["paper"] if metric in p["diff_points"]), None)
-        sign = entry.get("paper_direction") if paper is None else (1 if paper > 0 else -1 if paper < 0 else 0)
+        sign = _paper_sign(entry, metric)
         if sign:
             out[metric] = (found[metric]["diff"] > 0) == (sign > 0)
     return out
@@ -692,8 +701,10 @@ def markdown_report(cfg, table, summary: dict) -> str:
     lines.append(stats.markdown(headers, rows))
     lines += ["", "Differences a − b (points): ours with a 95% paired-bootstrap interval, over seeds and questions "
               "(two-level) where both systems have 2 or more seeds, over questions with one; paper: difference of its "
-              "means (same paper, table and model family) or the direction it reports.", ""]  # fmt: skip
-    headers = ["a − b", "seeds"] + [f"Δ{_name(m)} (ours)" for m in metrics] + ["paper", "paper's claim"]
+              "means (same paper, table and model family) or the direction it reports. Verdict, on the metric named: "
+              "reproduced / not reproduced when the interval excludes 0 on the paper's side / the other side, not "
+              "decidable at this scale when it holds 0, not decided yet below 3 seeds.", ""]  # fmt: skip
+    headers = ["a − b", "seeds"] + [f"Δ{_name(m)} (ours)" for m in metrics] + ["paper", "paper's claim", "verdict"]
     rows = []
     for name, entry in summary["comparisons"].items():
         found = entry["ours"]
@@ -708,7 +719,10 @@ def markdown_report(cfg, table, summary: dict) -> str:
                 parts.append(f"{values} ({diff['model']}, {diff['paper']} {diff['table']})")
         if not parts and entry.get("paper_direction"):
             parts.append("a above b" if entry["paper_direction"] > 0 else "a below b")
-        rows.append(row + ["; ".join(parts) or "–", entry["claim"]])
+        verdict = entry.get("verdict", "–")
+        if entry.get("verdict_metric") and verdict != "–" and not verdict.startswith("not decided"):
+            verdict += f" ({_name(entry['verdict_metric'])})"
+        rows.append(row + ["; ".join(parts) or "–", entry["claim"], verdict])
     lines.append(stats.markdown(headers, rows))
     if table.notes:
         lines += [""] + [f"- {note}" for note in table.notes]

@@ -100,6 +100,32 @@ def two_level_interval(per_seed_a: dict, per_seed_b: dict, metric: str, resample
     return rounded_interval(*np.percentile(means, [2.5, 97.5]))
 
 
+SEEDS_FOR_A_VERDICT = 3
+
+
+def verdict(found: dict | None, metric: str, paper_sign: int | None, seeds_needed: int = SEEDS_FOR_A_VERDICT) -> str:
+    """One claim's verdict from our a - b on ``metric`` (``compare``'s output) and the sign of the paper's a - b (+1,
+    -1; None or 0 where the paper states none, as for as2hub's own comparisons):
+
+    - ``not decided yet (n of 3 seeds)`` while fewer seeds than ``seeds_needed`` are shared;
+    - ``reproduced`` / ``not reproduced`` when the interval (two-level where there is one) excludes 0 on the paper's
+      side / on the other side;
+    - ``not decidable at this scale`` when it holds 0;
+    - without a paper sign: ``a above b``, ``a below b`` or ``level within the interval``.
+    """
+    seeds = len(found["seeds"]) if found else 0
+    if seeds < seeds_needed:
+        return f"not decided yet ({seeds} of {seeds_needed} seeds)"
+    entry = found[metric]
+    low, high = entry.get("ci95_seeds_and_questions") or entry["ci95"]
+    side = 1 if low > 0 else -1 if high < 0 else 0
+    if not paper_sign:
+        return {1: "a above b", -1: "a below b", 0: "level within the interval"}[side]
+    if side == 0:
+        return "not decidable at this scale"
+    return "reproduced" if side == paper_sign else "not reproduced"
+
+
 def pct(value, digits: int = 1) -> str:
     return "–" if value is None else f"{100 * value:.{digits}f}"
 

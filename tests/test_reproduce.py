@@ -214,6 +214,26 @@ def test_the_two_level_interval_counts_the_seeds_that_disagree():
     )
 
 
+def test_a_verdict_reads_the_interval_on_the_papers_side():
+    def found(low, high, seeds=3, two_level=True):
+        entry = {"diff": (low + high) / 2, "ci95": [low - 0.5, high + 0.5] if two_level else [low, high]}
+        if two_level:  # the question-only interval is wider here only to show that the two-level one is read
+            entry["ci95_seeds_and_questions"] = [low, high]
+        return {"seeds": list(range(seeds)), "map": entry}
+
+    verdict = reproduce_stats.verdict
+    assert verdict(found(0.01, 0.05), "map", +1) == "reproduced"
+    assert verdict(found(0.01, 0.05), "map", -1) == "not reproduced"
+    assert verdict(found(-0.05, -0.01), "map", -1) == "reproduced"
+    assert verdict(found(-0.02, 0.03), "map", +1) == "not decidable at this scale"
+    assert verdict(found(0.0, 0.03), "map", +1) == "not decidable at this scale"  # a bound at 0 holds 0
+    assert verdict(found(0.01, 0.05, two_level=False), "map", +1) == "reproduced"
+    assert verdict(found(0.01, 0.05, seeds=2), "map", +1) == "not decided yet (2 of 3 seeds)"
+    assert verdict(None, "map", +1) == "not decided yet (0 of 3 seeds)"
+    assert verdict(found(-0.05, -0.01), "map", None) == "a below b"  # as2hub's own comparisons: no paper side
+    assert verdict(found(-0.01, 0.01), "map", 0) == "level within the interval"
+
+
 def test_wikiqa_test_subset_keeps_the_first_clean_questions_whole(tmp_path):
     import gzip
 
@@ -437,6 +457,8 @@ def test_the_qe_table_compares_the_two_lambdas(tmp_path):
     assert comparison["ours"]["num_questions"] == len(lambda_0["per_question"])
     assert comparison["paper"][0]["diff_points"] == {"sp_f1": 0.2}  # 003 Table 3, Longformer-base
     assert "sp F1 (paper)" in report["markdown"] and "83.9" in report["markdown"]
+    assert comparison["verdict_metric"] == "sp_f1" and comparison["verdict"] == "not decided yet (1 of 3 seeds)"
+    assert "| not decided yet (1 of 3 seeds) |" in report["markdown"]
 
 
 @pytest.mark.slow
