@@ -375,6 +375,10 @@ class Harness:
         self.root = Path(cfg.run_root)
         self.results_path = Path(cfg.results)
         self.state = load_state([*map(Path, cfg.state_from), self.results_path, self.root / "state.json"])
+        # Another table's JSON given to --state_from (004 reuses 001's pairwise seeds) brings only this table's systems.
+        names = {system.name for system in table.systems}
+        for part in ("runs", "partial_runs"):
+            self.state[part] = {k: v for k, v in self.state.get(part, {}).items() if k in names}
         self.state.setdefault("runs", {})
         self.state.setdefault("pretraining", {})
         self.state.setdefault("invocations", [])

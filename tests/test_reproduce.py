@@ -372,6 +372,15 @@ def test_a_table_runs_end_to_end_records_seeds_and_resumes(tmp_path, stock_check
     elsewhere = json.loads((tmp_path / "elsewhere.json").read_text())
     assert elsewhere["invocations"][-1]["units_run"] == [] and elsewhere["complete"]
 
+    # Another table with the same pairwise recipe (004) counts 001's pairwise seeds through --state_from and keeps
+    # only its own systems: 001's contextual_dslc runs stay out of the joint table's JSON.
+    argv = [*TINY, "--table", "004", "--dataset", "embedded", "--systems", "pairwise", "--bootstrap", "500", "--model",
+            str(model), "--results", str(tmp_path / "joint.json"), "--state_from", str(tmp_path / "r.json")]  # fmt: skip
+    assert reproduce.main(argv) == 0
+    joint = json.loads((tmp_path / "joint.json").read_text())
+    assert joint["invocations"][-1]["units_run"] == [] and set(joint["runs"]) == {"pairwise"}
+    assert joint["runs"]["pairwise"]["43"]["finished"] == first_finish[("pairwise", "43")]
+
     # --report: the stored runs' table, nothing run and nothing written but --markdown
     before = (tmp_path / "r.json").read_text()
     table = tmp_path / "table.md"
