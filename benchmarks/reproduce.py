@@ -109,9 +109,10 @@ RATES = {
 RATES["smoke"] = RATES["cpu"]
 # cpu_learn: measured on 2026-11-26 (Intel Xeon, 2 cores, 1 thread, nice 10, load average 2-3 from other jobs):
 # pairwise 0.058 s per training pair (batch 32, 542 steps) and 0.015-0.025 s per scored pair; contextual ~3x the
-# pairwise step time. The joint and QE rates are guesses until a seed has run (then its measured time is used).
+# pairwise step time; joint AE_k (k 5, L 64, 6 groups per step) 47 min for 2 epochs on 2026-11-27 (load ~2), i.e.
+# ~0.65 s per training group. The QE rates are guesses until a seed has run (then its measured time is used).
 RATES["cpu_learn"] = {**RATES["cpu"], "as2_train_pair": 0.058, "as2_eval_pair": 0.025, "ctx_factor": 3.0,
-                      "joint_train_group": 0.5, "joint_eval_group": 0.15, "qe_train_question": 4.0,
+                      "joint_train_group": 0.65, "joint_eval_group": 0.25, "qe_train_question": 4.0,
                       "qe_eval_question": 2.0}  # fmt: skip
 WIKIQA_ROWS = {"train": 20360, "dev": 1126, "test": 2341}
 WIKIQA_ANSWERED_TRAIN_ROWS = 8672  # the rows of the 873 train questions with a correct candidate
