@@ -306,7 +306,7 @@ def test_the_pretraining_checkpoint_on_the_hub_is_what_run_as2_fine_tunes(publis
     assert card.data.base_model == "tester/ssp-roberta"  # a Hub id: named in the card
 
 
-def test_each_revision_holds_exactly_the_validated_folder(hub):
+def test_each_revision_holds_exactly_the_validated_folder(hub, published):  # published: the pushes it reads
     code = {"configuration_contextual_as2.py", "modeling_contextual_as2.py", "hub_common.py"}
     tokenizer = {"tokenizer.json", "tokenizer_config.json"}
     common = {".gitattributes", "README.md", "config.json", *tokenizer}
@@ -353,7 +353,7 @@ def test_cards_on_the_hub_parse_back_with_the_runs_metrics(hub, published):
         assert f"run_as2 --model_name_or_path {repo}" in cards[repo].text
 
 
-def test_private_branch_and_commit_message(hub):
+def test_private_branch_and_commit_message(hub, published):  # published: the pushes it reads
     repo = hub.repos["tester/ssp-electra"]
     assert repo.private and set(repo.refs) == {"main", "v1"}
     assert set(hub.head("tester/ssp-electra").files) == {".gitattributes"}  # main untouched
