@@ -380,7 +380,6 @@ class Harness:
         names = {system.name for system in table.systems}
         for part in ("runs", "partial_runs"):
             self.state[part] = {k: v for k, v in self.state.get(part, {}).items() if k in names}
-        self.state.setdefault("runs", {})
         self.state.setdefault("pretraining", {})
         self.state.setdefault("invocations", [])
         self.budget: runs.Budget | None = None
@@ -724,8 +723,8 @@ def markdown_report(cfg, table, summary: dict) -> str:
                 parts.append(f"{values} ({diff['model']}, {diff['paper']} {diff['table']})")
         if not parts and entry.get("paper_direction"):
             parts.append("a above b" if entry["paper_direction"] > 0 else "a below b")
-        verdict = entry.get("verdict", "–")
-        if entry.get("verdict_metric") and verdict != "–" and not verdict.startswith("not decided"):
+        verdict = entry["verdict"]
+        if not verdict.startswith("not decided"):
             verdict += f" ({_name(entry['verdict_metric'])})"
         rows.append(row + ["; ".join(parts) or "–", entry["claim"], verdict])
     lines.append(stats.markdown(headers, rows))

@@ -552,10 +552,10 @@ def _logged_training(output_dir: Path) -> dict:
     """Steps and mean training loss of the whole run from the last checkpoint's log (read before the checkpoints are
     dropped): after a resume the Trainer's own ``train_loss`` and step rate cover only the last segment (0.0 and 0
     when it resumed from the final checkpoint)."""
-    states = sorted(output_dir.glob("checkpoint-*/trainer_state.json"), key=lambda p: int(p.parent.name.split("-")[1]))
-    if not states:
+    checkpoint = latest_checkpoint(output_dir)
+    if checkpoint is None:
         return {}
-    state = json.loads(states[-1].read_text())
+    state = json.loads((Path(checkpoint) / "trainer_state.json").read_text())
     losses = [e["loss"] for e in state.get("log_history", []) if "loss" in e]
     return {"train_steps": state.get("global_step"), "train_loss": sum(losses) / len(losses) if losses else None,
             "train_loss_from": "the mean of the logged losses (the run was resumed)"}  # fmt: skip

@@ -64,8 +64,10 @@ def compare(runs_a: dict, runs_b: dict, metrics, resamples: int = 10000, seed: i
     seeds = sorted(set(runs_a) & set(runs_b), key=int)
     if not seeds:
         return None
-    per_q_a = seed_averaged({s: runs_a[s]["per_question"] for s in seeds}, metrics)
-    per_q_b = seed_averaged({s: runs_b[s]["per_question"] for s in seeds}, metrics)
+    per_seed_a = {s: runs_a[s]["per_question"] for s in seeds}
+    per_seed_b = {s: runs_b[s]["per_question"] for s in seeds}
+    per_q_a = seed_averaged(per_seed_a, metrics)
+    per_q_b = seed_averaged(per_seed_b, metrics)
     out = paired_bootstrap_metrics(per_q_a, per_q_b, metrics, resamples, seed)
     out["seeds"] = [int(s) for s in seeds]
     out["unit"] = "per-question metric averaged over the seeds both systems finished"
@@ -74,8 +76,6 @@ def compare(runs_a: dict, runs_b: dict, metrics, resamples: int = 10000, seed: i
             [runs_a[s]["test"][metric] - runs_b[s]["test"][metric] for s in seeds]
         )
         if len(seeds) > 1:
-            per_seed_a = {s: runs_a[s]["per_question"] for s in seeds}
-            per_seed_b = {s: runs_b[s]["per_question"] for s in seeds}
             interval, zero_in = two_level_interval(per_seed_a, per_seed_b, metric, resamples, seed)
             out[metric]["ci95_seeds_and_questions"] = interval
             out[metric]["zero_in_ci95_seeds_and_questions"] = zero_in
@@ -116,8 +116,7 @@ def verdict(found: dict | None, metric: str, paper_sign: int | None, seeds_neede
     seeds = len(found["seeds"]) if found else 0
     if seeds < seeds_needed:
         return f"not decided yet ({seeds} of {seeds_needed} seeds)"
-    entry = found[metric]
-    low, high = entry.get("ci95_seeds_and_questions") or entry["ci95"]
+    low, high = interval_of(found[metric])
     side = 1 if low > 0 else -1 if high < 0 else 0
     if not paper_sign:
         return {1: "a above b", -1: "a below b", 0: "level within the interval"}[side]
@@ -139,10 +138,15 @@ def mean_std_text(summary: dict, digits: int = 1) -> str:
     return f"{pct(summary['mean'], digits)} ± {pct(summary['std'], digits)}"
 
 
+def interval_of(found: dict) -> list[float]:
+    """The interval the tables and verdicts read: the two-level one (seeds and questions) where there is one, else the
+    question-only one."""
+    return found.get("ci95_seeds_and_questions") or found["ci95"]
+
+
 def interval_text(found: dict, digits: int = 1) -> str:
-    """``+1.2 [−0.4, +2.9]`` (points): the two-level interval (seeds and questions) where there is one, else the
-    question-only interval."""
-    low, high = found.get("ci95_seeds_and_questions") or found["ci95"]
+    """``+1.2 [−0.4, +2.9]`` (points), on :func:`interval_of`."""
+    low, high = interval_of(found)
     return f"{100 * found['diff']:+.{digits}f} [{100 * low:+.{digits}f}, {100 * high:+.{digits}f}]"
 
 
