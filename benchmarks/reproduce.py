@@ -61,6 +61,7 @@ Usage::
 from __future__ import annotations
 
 import argparse
+import functools
 import hashlib
 import json
 import logging
@@ -353,12 +354,20 @@ def cpu_flags() -> list[str]:
     return []
 
 
+@functools.lru_cache(maxsize=1)
+def this_gpu() -> str | None:
+    """The name of the CUDA device the runs use, or None on a CPU-only machine."""
+    import torch
+
+    return torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
+
+
 def device_description() -> dict:
     import torch
 
     out = {"torch_threads": torch.get_num_threads()}
-    if torch.cuda.is_available():
-        out["gpu"] = torch.cuda.get_device_name(0)
+    if this_gpu():
+        out["gpu"] = this_gpu()
     return out
 
 
@@ -414,7 +423,11 @@ class Harness:
     # ---- estimates
 
     def estimate(self, system) -> float | None:
-        measured = [r["wall_time_s"] for r in self.current_runs(system).values() if r.get("wall_time_s")]
+        # Only seeds measured on this kind of device count: a GPU lease continuing a CPU table (or the reverse) would
+        # otherwise plan with the other device's times.
+        gpu = this_gpu()
+        measured = [r["wall_time_s"] for r in self.current_runs(system).values()
+                    if r.get("wall_time_s") and (r.get("device") or {}).get("gpu") == gpu]  # fmt: skip
         if measured:
             return 1.1 * max(measured)
         return rough_estimate(self.cfg, self.table, system)
@@ -485,6 +498,7 @@ class Harness:
             settings_key=self.key(system),
             settings=system_settings(self.cfg, self.table, system),
             device=device_description(),
+            model_weights=self.cfg.model_weights,
             scale=self.cfg.scale,
         )
         if reason:
@@ -556,7 +570,7 @@ class Harness:
             stale = len(self.state["runs"].get(system.name, {})) - len(current)
             summary = stats.summarize_system(current, metrics) if current else {"seeds": []}
             paper = tables.paper_rows(table, system.name)
-            summary.update(label=system.label, stale_runs_not_counted=stale, paper=paper)
+            summary.update(label=system.label, stale_runs_not_counted=stale, paper=paper, ran_on=ran_on(current))
             systems[system.name] = summary
         comparisons = {}
         for comparison in table.comparisons:
@@ -575,6 +589,18 @@ class Harness:
             )
             comparisons[f"{comparison.a} - {comparison.b}"] = entry
         return {"systems": systems, "comparisons": comparisons}
+
+
+def ran_on(records: dict) -> dict:
+    """``{device: [seeds]}`` for one system's runs: "CPU" or the GPU's name, with the first 8 hex digits of the
+    weights' digest where a run recorded one (runs before 2026-11-27 did not: the exact pip-installed weights)."""
+    out: dict[str, list[int]] = {}
+    for seed, record in sorted(records.items(), key=lambda item: int(item[0])):
+        device = (record.get("device") or {}).get("gpu") or "CPU"
+        if record.get("model_weights"):
+            device += f" (weights {record['model_weights'][:8]})"
+        out.setdefault(device, []).append(int(seed))
+    return out
 
 
 def _paper_sign(entry: dict, metric: str) -> int | None:
@@ -629,13 +655,19 @@ def _count_lines(path) -> int:
         return 0
 
 
+def rates(cfg) -> dict:
+    """The rough rates for this scale, or the GPU's where the runs use a GPU (e.g. a lease continuing a cpu_learn
+    table): a CPU scale's per-pair seconds are 50-100x a GPU's, and a lease would start nothing after its first half."""
+    return RATES["gpu"] if this_gpu() and cfg.scale != "smoke" else RATES[cfg.scale]
+
+
 def _epochs(cfg, epochs: float) -> float:
-    expected = RATES[cfg.scale].get("expected_epochs")
+    expected = rates(cfg).get("expected_epochs")
     return min(epochs, expected) if expected else epochs
 
 
 def rough_estimate(cfg, table, system) -> float:
-    rate, sizes = RATES[cfg.scale], data_sizes(cfg, table)
+    rate, sizes = rates(cfg), data_sizes(cfg, table)
     if system.kind == "qe":
         epochs = _epochs(cfg, cfg.qe_epochs)
         scale = (cfg.num_distractors + 1) / 2  # the CPU rates were measured with 1 distractor (2 passages)
@@ -658,7 +690,7 @@ def rough_estimate(cfg, table, system) -> float:
 
 
 def rough_pretrain_estimate(cfg, pretraining) -> float:
-    rate = RATES[cfg.scale]
+    rate = rates(cfg)
     if pretraining.objective == "mspp":
         examples, per = cfg.mspp_steps * cfg.mspp_batch_size, rate["mspp_example"]
     else:
@@ -670,14 +702,26 @@ def rough_pretrain_estimate(cfg, pretraining) -> float:
 # Output
 
 
+def _seed_list(seeds: list[int]) -> str:
+    """``[42, 43, 44, 46]`` -> ``"42-44, 46"``."""
+    parts, start = [], None
+    for i, seed in enumerate(seeds):
+        start = seed if start is None else start
+        if i + 1 == len(seeds) or seeds[i + 1] != seed + 1:
+            parts.append(str(seed) if seed == start else f"{start}-{seed}")
+            start = None
+    return ", ".join(parts)
+
+
 def markdown_report(cfg, table, summary: dict) -> str:
     metrics = table.metrics
     paper_metrics = [
         m for m in metrics if any(m in r["metrics"] for s in table.systems for r in tables.paper_rows(table, s.name))
     ]
     lines = [f"### {table.title}", ""]
+    finished = sorted({int(seed) for found in summary["systems"].values() for seed in found["seeds"]})
     lines.append(
-        f"Ours: {cfg.model_id}, scale `{cfg.scale}` ({sizes_line(cfg, table)}), seeds {cfg.seed_values}: mean ± std "
+        f"Ours: {cfg.model_id}, scale `{cfg.scale}` ({sizes_line(cfg, table)}), seeds {_seed_list(finished)}: mean ± std "
         "over the seeds that finished, in %. Paper: as published, mean ± std over its runs where given; the first "
         "row the paper reports for each metric (all rows in the JSON)."
     )
@@ -703,6 +747,11 @@ def markdown_report(cfg, table, summary: dict) -> str:
             sources = ["004: tables not extracted" if system.name != "pairwise" else "004: not extracted"]
         rows.append(row + ["; ".join(sources) or "–"])
     lines.append(stats.markdown(headers, rows))
+    devices = {name: found.get("ran_on") for name, found in summary["systems"].items() if found.get("ran_on")}
+    if any(len(where) > 1 or next(iter(where)) != "CPU" for where in devices.values()):
+        lines += ["", "Where each seed ran: " + "; ".join(
+            f"{name} " + ", ".join(f"{_seed_list(seeds)} on {device}" for device, seeds in where.items())
+            for name, where in devices.items()) + "."]  # fmt: skip
     lines += ["", "Differences a − b (points): ours with a 95% paired-bootstrap interval, over seeds and questions "
               "(two-level) where both systems have 2 or more seeds, over questions with one; paper: difference of its "
               "means (same paper, table and model family) or the direction it reports. Verdict, on the metric named: "
@@ -866,6 +915,7 @@ def _main(argv=None) -> int:
     resolved = check(lambda: runs.resolve_model(cfg.model, root) if not cfg.plan or cfg.model == "tiny" else
                      _model_for_plan(cfg.model, root))  # fmt: skip
     cfg.model_path, cfg.model_id, cfg.model_type = resolved or (cfg.model, cfg.model, "bert")
+    cfg.model_weights = runs.weights_digest(cfg.model_path) if not cfg.plan else None
     data = check(lambda: runs.check_data(cfg, table))
     cfg.corpus_identity = runs.corpus_identity(cfg)
     corpus_files = check(lambda: runs.check_corpus(cfg)) if needs_corpus else None

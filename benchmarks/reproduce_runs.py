@@ -12,6 +12,7 @@ checkpoint and continues on the next call; no run starts that would not finish).
 from __future__ import annotations
 
 import gzip
+import hashlib
 import json
 import logging
 import os
@@ -157,6 +158,23 @@ def resolve_model(spec: str, root: Path) -> tuple[str | None, str, str | None]:
     if dtype in ("float16", "bfloat16"):
         folder = str(fp32_copy(Path(folder), root / "model_fp32"))
     return folder, model_id, model_type
+
+
+def weights_digest(folder: str | None) -> str | None:
+    """The first 16 hex digits of the sha256 of a model folder's weights file (``model.safetensors`` or
+    ``pytorch_model.bin``), recorded with every run: the same model id can come from different bytes (a GPU lease
+    carries all-MiniLM-L6-v2 rounded through fp16 to fit its 64 MiB), and the record says which."""
+    if not folder:
+        return None
+    for name in ("model.safetensors", "pytorch_model.bin"):
+        path = Path(folder) / name
+        if path.is_file():
+            digest = hashlib.sha256()
+            with path.open("rb") as handle:
+                for block in iter(lambda: handle.read(1 << 22), b""):
+                    digest.update(block)
+            return digest.hexdigest()[:16]
+    return None
 
 
 def fp32_copy(source: Path, target: Path) -> Path:

@@ -1,6 +1,7 @@
 """benchmarks/reproduce.py: one command per paper table, at a tiny scale (a tiny stock BERT, the embedded data or a
 few WikiQA rows). The CPU and GPU scales are only planned here (``--plan``), never trained."""
 
+import hashlib
 import json
 import os
 import signal
@@ -8,6 +9,7 @@ import statistics
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -234,6 +236,39 @@ def test_a_verdict_reads_the_interval_on_the_papers_side():
     assert verdict(found(-0.01, 0.01), "map", 0) == "level within the interval"
 
 
+def test_a_run_measured_on_another_device_does_not_plan_this_ones_and_the_table_says_where_each_ran(monkeypatch):
+    # A GPU lease that continues a CPU table: the CPU seed's 47 minutes must not stop the lease from starting a run,
+    # and the records say which seeds ran where, with which weights (the lease carries MiniLM rounded through fp16).
+    cpu = {"wall_time_s": 2800.0, "device": {"torch_threads": 1}}
+    gpu = {
+        "wall_time_s": 30.0,
+        "device": {"torch_threads": 3, "gpu": "NVIDIA H200"},
+        "model_weights": "554d22e49c7da8d4",
+    }
+    fake = SimpleNamespace(cfg=None, table=None, current_runs=lambda system: {"42": cpu, "43": gpu, "44": dict(gpu)})
+    monkeypatch.setattr(reproduce, "rough_estimate", lambda cfg, table, system: 777.0)
+    monkeypatch.setattr(reproduce, "this_gpu", lambda: "NVIDIA H200")
+    assert reproduce.Harness.estimate(fake, None) == pytest.approx(33.0)  # 1.1 x the longest GPU seed
+    assert reproduce.rates(SimpleNamespace(scale="cpu_learn")) is reproduce.RATES["gpu"]
+    assert reproduce.rates(SimpleNamespace(scale="smoke")) is reproduce.RATES["smoke"]
+    monkeypatch.setattr(reproduce, "this_gpu", lambda: None)
+    assert reproduce.Harness.estimate(fake, None) == pytest.approx(3080.0)
+    assert reproduce.rates(SimpleNamespace(scale="cpu_learn")) is reproduce.RATES["cpu_learn"]
+    fake.current_runs = lambda system: {"43": gpu}
+    assert reproduce.Harness.estimate(fake, None) == 777.0  # no CPU seed yet: the rough rates
+    where = reproduce.ran_on({"42": cpu, "44": gpu, "43": gpu, "46": gpu})
+    assert where == {"CPU": [42], "NVIDIA H200 (weights 554d22e4)": [43, 44, 46]}
+    assert reproduce._seed_list([42, 43, 44, 46, 48, 49]) == "42-44, 46, 48-49"
+
+
+def test_the_weights_digest_is_the_sha256_of_the_weights_file(tmp_path):
+    (tmp_path / "model.safetensors").write_bytes(b"abc")
+    assert reproduce_runs.weights_digest(str(tmp_path)) == "ba7816bf8f01cfea"  # sha256("abc"), FIPS 180-2 example
+    assert (
+        reproduce_runs.weights_digest(str(tmp_path / "missing")) is None and reproduce_runs.weights_digest(None) is None
+    )
+
+
 def test_wikiqa_test_subset_keeps_the_first_clean_questions_whole(tmp_path):
     import gzip
 
@@ -346,6 +381,8 @@ def test_a_table_runs_end_to_end_records_seeds_and_resumes(tmp_path, stock_check
         for seed, record in by_seed.items():
             assert record["seed"] == int(seed) and record["argv"][record["argv"].index("--seed") + 1] == seed
             assert record["test"]["max_abs_diff_vs_run_script_reported"] < 1e-9
+            weights = hashlib.sha256((model / "model.safetensors").read_bytes()).hexdigest()[:16]
+            assert record["model_weights"] == weights and "gpu" not in record["device"]
         assert by_seed["42"]["per_question"] != by_seed["43"]["per_question"]  # the seeds differ
         summary = report["summary"]["systems"][system]
         values = [by_seed[s]["test"]["map"] for s in ("42", "43")]

@@ -20,8 +20,15 @@ LIMIT=${AS2HUB_GPU_PART_SECONDS:-540}
 mkdir -p "$OUT"
 
 [ -d "$CARRY/wheels" ] || { echo "error: $CARRY/wheels is missing: run benchmarks/gpu/prepare_carry.sh here and carry $CARRY" >&2; exit 2; }
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$SITE" "$CARRY"/wheels/*.whl \
-  || { echo "error: installing the carried wheels failed" >&2; exit 1; }
+# Several parts can run side by side on one machine (e.g. two reproduce tables): the first installs, the others wait
+# for it (flock) and find the stamp.
+(
+  flock 9
+  stamp="$SITE/.as2hub-carry-$(cat "$CARRY"/wheels/*.whl | md5sum | cut -c1-16)"
+  [ -f "$stamp" ] && exit 0
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$SITE" "$CARRY"/wheels/*.whl \
+    && touch "$stamp"
+) 9> /tmp/as2hub-site.lock || { echo "error: installing the carried wheels failed" >&2; exit 1; }
 export PYTHONPATH="$SITE" PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
 export AS2HUB_WIKIQA_DIR="$PWD/$CARRY/wikiqa"
 # The carried MiniLM (prepare_carry.sh --minilm) is fp16; its package writes an fp32 copy on first use.
@@ -60,12 +67,17 @@ case "$PART" in
     # comes back; copy it to benchmarks/results/ here before the next call: that copy travels with the working tree
     # and is read first (--state_from), so a fresh machine skips every (system, seed) already finished. A pre-trained
     # folder does not come back (over the 16 MiB per file): a lease that needs one it lacks pre-trains again.
+    # AS2HUB_REPRODUCE_SCALE (default gpu): the scale; cpu_learn continues the committed CPU table on the GPU (its
+    # records name the GPU and the weights' digest). AS2HUB_RUN_TAG names a side-by-side invocation's files and
+    # output root, e.g. a calibration rerun of a finished seed that is not merged into the table.
+    SCALE=${AS2HUB_REPRODUCE_SCALE:-gpu}
+    TAG=${AS2HUB_RUN_TAG:+_$AS2HUB_RUN_TAG}
     TABLE=${1:?usage: run_gpu_session.sh reproduce TABLE [FLAGS...]}
     shift
     NAME=$(python3 -c 'import sys; sys.path.insert(0, "benchmarks"); import reproduce_tables as t; print(t.ALIASES[sys.argv[1]])' "$TABLE") \
       || { echo "error: unknown table $TABLE (000, 001, 003, 004, as2_pretraining, joint, qe)" >&2; exit 2; }
-    RESULTS="$OUT/reproduce_${NAME}_gpu.json"
-    EARLIER="benchmarks/results/reproduce_${NAME}_gpu.json"
+    RESULTS="$OUT/reproduce_${NAME}_${SCALE}${TAG}.json"
+    EARLIER="benchmarks/results/reproduce_${NAME}_${SCALE}.json"
     STATE=()
     [ -f "$EARLIER" ] && STATE=(--state_from "$EARLIER")
     CORPUS=()
@@ -73,9 +85,11 @@ case "$PART" in
     [ -n "${AS2HUB_MINILM_DIR:-}" ] || { echo "error: the reproduction needs the MiniLM wheel: carry what prepare_carry.sh --minilm makes" >&2; exit 2; }
     # --stop_after_s: no run starts that would not finish, a pre-training checkpoints, a fine-tuning stops at the soft
     # deadline (exit code 3: call again); timeout's SIGTERM 30 s later does the same at once, its KILL 30 s after that.
-    timeout -k 30 -s TERM "$LIMIT" python3 benchmarks/reproduce.py --table "$TABLE" --scale gpu \
-      --output_root /tmp/as2hub-runs --results "$RESULTS" --markdown "$OUT/reproduce_${NAME}_gpu.md" "${STATE[@]}" "${CORPUS[@]}" \
-      --stop_after_s $((LIMIT - 60)) "$@" 2>&1 | tee "$OUT/reproduce_${NAME}.log"
+    MARKDOWN=()
+    [ -z "$TAG" ] && MARKDOWN=(--markdown "$OUT/reproduce_${NAME}_${SCALE}.md")
+    timeout -k 30 -s TERM "$LIMIT" python3 benchmarks/reproduce.py --table "$TABLE" --scale "$SCALE" \
+      --output_root "/tmp/as2hub-runs$TAG" --results "$RESULTS" "${MARKDOWN[@]}" "${STATE[@]}" "${CORPUS[@]}" \
+      --stop_after_s $((LIMIT - 60)) "$@" 2>&1 | tee "$OUT/reproduce_${NAME}_${SCALE}${TAG}.log"
     code=${PIPESTATUS[0]}
     echo "reproduce.py exit code $code (0: table complete; 3: not finished, call again; 2: missing input)"
     exit "$code"
