@@ -593,7 +593,8 @@ class Harness:
 
 def ran_on(records: dict) -> dict:
     """``{device: [seeds]}`` for one system's runs: "CPU" or the GPU's name, with the first 8 hex digits of the
-    weights' digest where a run recorded one (runs before 2026-11-27 did not: the exact pip-installed weights)."""
+    weights' digest where a run recorded one (the runs that record none predate the field: all ran on the CPU from
+    the pip package's weights, digest 53aa5117)."""
     out: dict[str, list[int]] = {}
     for seed, record in sorted(records.items(), key=lambda item: int(item[0])):
         device = (record.get("device") or {}).get("gpu") or "CPU"
@@ -721,7 +722,7 @@ def markdown_report(cfg, table, summary: dict) -> str:
     lines = [f"### {table.title}", ""]
     finished = sorted({int(seed) for found in summary["systems"].values() for seed in found["seeds"]})
     lines.append(
-        f"Ours: {cfg.model_id}, scale `{cfg.scale}` ({sizes_line(cfg, table)}), seeds {_seed_list(finished)}: mean ± std "
+        f"Ours: {cfg.model_id}, scale `{cfg.scale}` ({sizes_line(cfg, table)}), seeds {_seed_list(finished) or 'none yet'}: mean ± std "
         "over the seeds that finished, in %. Paper: as published, mean ± std over its runs where given; the first "
         "row the paper reports for each metric (all rows in the JSON)."
     )
