@@ -522,6 +522,11 @@ class Harness:
             runs.shutil.rmtree(folder, ignore_errors=True)
         if previous and previous.get("status") == "done" and runs.pretrain_done(folder):
             return folder
+        # Seeds in parallel: an invocation with its own --output_root reads a finished pre-training from --state_from;
+        # its folder, under the other root, is reused while it is on this machine.
+        recorded = Path(previous["output_dir"]) if previous and previous.get("output_dir") else None
+        if previous and previous.get("status") == "done" and recorded and runs.pretrain_done(recorded):
+            return recorded
         if previous and previous.get("status") == "done":
             logger.info("pre-training %s: its folder %s is not on this machine; running it again", pretraining.key,
                         folder)  # fmt: skip

@@ -409,6 +409,16 @@ def test_a_table_runs_end_to_end_records_seeds_and_resumes(tmp_path, stock_check
     elsewhere = json.loads((tmp_path / "elsewhere.json").read_text())
     assert elsewhere["invocations"][-1]["units_run"] == [] and elsewhere["complete"]
 
+    # Seeds in parallel: a new seed in its own output root reuses the finished pre-training's folder (no second one).
+    argv = [*TINY, *args, "--model", str(model), "--seed_list", "44", "--results", str(tmp_path / "s44.json"),
+            "--output_root", str(tmp_path / "s44_out"), "--state_from", str(tmp_path / "r.json")]  # fmt: skip
+    assert reproduce.main(argv) == 0
+    s44 = json.loads((tmp_path / "s44.json").read_text())
+    assert s44["invocations"][-1]["units_run"] == ["pairwise/44", "contextual_dslc/44"]
+    assert s44["pretraining"]["dslc"]["finished"] == report["pretraining"]["dslc"]["finished"]
+    assert s44["runs"]["contextual_dslc"]["44"]["argv"][1] == runs["contextual_dslc"]["42"]["argv"][1]
+    assert not list((tmp_path / "s44_out").glob("*/pretrain_*"))
+
     # Another table with the same pairwise recipe (004) counts 001's pairwise seeds through --state_from and keeps
     # only its own systems: 001's contextual_dslc runs stay out of the joint table's JSON.
     argv = [*TINY, "--table", "004", "--dataset", "embedded", "--systems", "pairwise", "--bootstrap", "500", "--model",
