@@ -520,14 +520,12 @@ class Harness:
             logger.info("pre-training %s: settings changed, starting again", pretraining.key)
             previous = None
             runs.shutil.rmtree(folder, ignore_errors=True)
-        if previous and previous.get("status") == "done" and runs.pretrain_done(folder):
-            return folder
-        # Seeds in parallel: an invocation with its own --output_root reads a finished pre-training from --state_from;
-        # its folder, under the other root, is reused while it is on this machine.
-        recorded = Path(previous["output_dir"]) if previous and previous.get("output_dir") else None
-        if previous and previous.get("status") == "done" and recorded and runs.pretrain_done(recorded):
-            return recorded
         if previous and previous.get("status") == "done":
+            # Its folder here, or the one it recorded: seeds in parallel run with their own --output_root and read
+            # a finished pre-training from --state_from; its folder under the other root serves while it is here.
+            for candidate in (folder, Path(previous.get("output_dir") or folder)):
+                if runs.pretrain_done(candidate):
+                    return candidate
             logger.info("pre-training %s: its folder %s is not on this machine; running it again", pretraining.key,
                         folder)  # fmt: skip
             previous = None
@@ -921,7 +919,6 @@ def _main(argv=None) -> int:
     resolved = check(lambda: runs.resolve_model(cfg.model, root) if not cfg.plan or cfg.model == "tiny" else
                      _model_for_plan(cfg.model, root))  # fmt: skip
     cfg.model_path, cfg.model_id, cfg.model_type = resolved or (cfg.model, cfg.model, "bert")
-    cfg.model_weights = runs.weights_digest(cfg.model_path) if not cfg.plan else None
     data = check(lambda: runs.check_data(cfg, table))
     cfg.corpus_identity = runs.corpus_identity(cfg)
     corpus_files = check(lambda: runs.check_corpus(cfg)) if needs_corpus else None
@@ -935,6 +932,7 @@ def _main(argv=None) -> int:
         if cfg.markdown:
             Path(cfg.markdown).write_text(markdown + "\n")
         return EXIT_DONE
+    cfg.model_weights = runs.weights_digest(cfg.model_path)  # hashed only where runs can start (not --plan / --report)
     if cfg.threads:
         import torch
 
