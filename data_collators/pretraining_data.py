@@ -260,6 +260,7 @@ def generate_pretraining_dataset(
     num_negatives: int = 4,
     max_hard_negatives: int = 2,
     num_positives: int = 1,
+    log_summary: bool = True,
 ) -> datasets.Dataset:
     """Materialise the examples of ``objective`` for all documents with ``Dataset.map``.
 
@@ -282,6 +283,8 @@ def generate_pretraining_dataset(
             Parquet, written by ``num_proc`` threads).
         num_negatives, max_hard_negatives, num_positives: see :func:`.structure_objectives.generate_examples`
             (``num_positives`` is read by MSPP only).
+        log_summary: log one line on what was generated (counts of examples, positives, negatives); a caller that
+            concatenates several calls logs its own.
 
     Returns the examples as a :class:`datasets.Dataset` (columns: :func:`example_features`).
     """
@@ -330,7 +333,8 @@ def generate_pretraining_dataset(
         new_fingerprint=f"{fingerprint:016x}",
         desc=f"generating {objective.name} examples",
     )
-    _log_summary(result, documents, objective.name, num_negatives)
+    if log_summary:
+        _log_summary(result, documents, objective.name, num_negatives)
     if output_dir is not None:
         _save(result, Path(output_dir), output_format, num_shards, num_proc)
     return result

@@ -73,6 +73,7 @@ class HubArguments:
     """Publishing options of the run scripts, next to the Trainer's own ``--push_to_hub``, ``--hub_model_id``,
     ``--hub_token``, ``--hub_private_repo`` and ``--hub_revision``."""
 
+    _argument_group_name = "publishing (as2hub)"
     hub_push_adapter: bool = dataclasses.field(
         default=False,
         metadata={"help": "LoRA runs: push the adapter (PEFT, base model named) instead of the merged model."},

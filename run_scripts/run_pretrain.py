@@ -80,8 +80,12 @@ from as2hub.training.resume import enable_exact_resume, interruption, train_or_k
 from as2hub.training.trainers import SSPTrainer
 
 
+# --help lists each dataclass under its own heading, as2hub's first and the Trainer's ~600 lines last (HfArgumentParser
+# reads ``_argument_group_name``).
 @dataclass
 class PretrainModelArguments:
+    _argument_group_name = "model (as2hub)"
+
     model_type: str = field(default="roberta", metadata={"help": "roberta, electra or bert (MiniLM and friends)."})
     model_name_or_path: str | None = field(
         default=None, metadata={"help": "Checkpoint to continue (for ELECTRA: the discriminator)."}
@@ -115,6 +119,8 @@ class PretrainModelArguments:
 
 @dataclass
 class PretrainDataArguments:
+    _argument_group_name = "corpus and objective (as2hub)"
+
     objective: str = field(default="dslc", metadata={"help": f"One of {', '.join(OBJECTIVES)}."})
     corpus: str | None = field(
         default=None,
@@ -179,6 +185,8 @@ class PretrainDataArguments:
 class PretrainTrainingArguments(CPUFriendlyArguments, OverwriteArguments, TrainingArguments):
     """TrainingArguments whose defaults run the tiny demo in a few minutes on CPU."""
 
+    _argument_group_name = "training (transformers.TrainingArguments; defaults: the tiny demo on a CPU)"
+
     output_dir: str | None = field(default="outputs/pretrain")
     max_steps: int = field(default=1500)
     learning_rate: float = field(default=1e-3)
@@ -218,8 +226,12 @@ def check_arguments(model_args: PretrainModelArguments, data_args: PretrainDataA
 
 
 def main(argv: list[str] | None = None) -> dict:
-    parser = HfArgumentParser((PretrainModelArguments, PretrainDataArguments, PretrainTrainingArguments, HubArguments))
-    model_args, data_args, training_args, hub_args = parse_arguments(parser, argv)
+    parser = HfArgumentParser(
+        (PretrainModelArguments, PretrainDataArguments, HubArguments, PretrainTrainingArguments),
+        usage="python -m as2hub.run_scripts.run_pretrain [-h] [--objective OBJECTIVE] [--corpus CORPUS] [FLAG VALUE ...]",
+        description=__doc__.split("\n\n")[0] + " as2hub's flags come first; every TrainingArguments flag follows.",
+    )
+    model_args, data_args, hub_args, training_args = parse_arguments(parser, argv)
     setup_logging()
     push = HubPush.from_args(training_args, hub_args)  # --push_to_hub: checked now, one validated push at the end
     objective = check_arguments(model_args, data_args)

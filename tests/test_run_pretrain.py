@@ -202,3 +202,67 @@ def test_loading_a_pretraining_checkpoint_says_what_is_expected_in_one_line(tmp_
     (line,) = [r.message for r in caplog.records if r.message.startswith(f"loaded {out}")]
     assert "ssp_roberta" in line and "lm_head.*" in line
     assert not [r for r in caplog.records if "does not match" in r.message]
+
+
+def test_a_run_logs_each_fact_once_and_evaluates_its_last_step_once(tmp_path, caplog):
+    # --eval_steps 3 = --max_steps 3: the Trainer evaluates step 3, then the run's final figures are those of step 3.
+    with caplog.at_level("INFO", logger="as2hub"):
+        out, results = quick_pretrain(tmp_path, "--objective", "ssp", "--eval_passes", "3")
+    messages = [r.getMessage() for r in caplog.records]
+    repeated = {m for m in messages if messages.count(m) > 1}
+    assert not repeated, repeated
+    (held_out,) = [m for m in messages if m.startswith("held-out:")]
+    assert "ssp examples" in held_out and "(3 sampling passes)" in held_out
+    history = json.loads((out / "checkpoint-3" / "trainer_state.json").read_text())["log_history"]
+    evaluations = [log for log in history if "eval_cls_auc" in log]
+    assert [log["step"] for log in evaluations] == [3]
+    assert results["eval"]["eval_cls_auc"] == evaluations[0]["eval_cls_auc"]
+    assert results["eval"]["eval_mlm_loss"] == evaluations[0]["eval_mlm_loss"]
+
+
+def test_a_held_out_evaluation_gives_the_same_figures_twice_for_the_same_weights(tmp_path):
+    from transformers import AutoModelForPreTraining, AutoTokenizer, TrainingArguments
+
+    from as2hub.data_collators import PretrainingCollator, resolve_objective
+    from as2hub.training.pretraining_data import held_out_examples
+    from as2hub.training.trainers import SSPTrainer
+
+    out, _ = quick_pretrain(tmp_path, "--objective", "ssp", "--save_strategy", "no")
+    tokenizer = AutoTokenizer.from_pretrained(out)
+    model = AutoModelForPreTraining.from_pretrained(out, trust_remote_code=True)
+    objective = resolve_objective("ssp")
+    documents = [[["First sentence of a paragraph here.", "Its second sentence follows.", "A third one ends it."]] * 2,
+                 [["Another document starts.", "It has sentences too.", "Three of them at least."]] * 2] * 4  # fmt: skip
+    dataset = held_out_examples(documents, objective, {"seed": 3, "documents_per_batch": 4}, passes=2)
+    collator = PretrainingCollator(tokenizer, max_length=64, num_token_types=model.config.type_vocab_size)
+    args = TrainingArguments(
+        str(tmp_path / "eval"), per_device_eval_batch_size=8, report_to="none", seed=7, remove_unused_columns=False
+    )
+    trainer = SSPTrainer(model=model, args=args, data_collator=collator, eval_dataset=dataset)
+    first = trainer.evaluate()
+    torch.rand(1000)  # whatever ran in between
+    again = trainer.evaluate(eval_dataset=dataset)  # a dataset given: computed again, not the cached figures
+    keys = ("eval_mlm_loss", "eval_cls_auc", "eval_cls_loss", "eval_loss")
+    assert {k: again[k] for k in keys} == {k: first[k] for k in keys}
+    # The masks are drawn: with another seed the MLM loss differs (a constant masking could not fail the test above).
+    trainer.args.seed = 8
+    other = trainer.evaluate(eval_dataset=dataset)
+    assert other["eval_mlm_loss"] != first["eval_mlm_loss"]
+
+
+def test_help_lists_as2hubs_flags_before_the_trainers(capsys):
+    with pytest.raises(SystemExit):
+        run_pretrain.main(["--help"])
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("usage: python -m as2hub.run_scripts.run_pretrain") and len(lines[0]) < 140
+    headings = [line for line in lines if line and not line.startswith(" ") and line.endswith(":")]
+    assert [h.split(" (")[0] for h in headings] == [
+        "options:",
+        "model",
+        "corpus and objective",
+        "publishing",
+        "training",
+    ]
+    first = {flag: next(i for i, line in enumerate(lines) if line.lstrip().startswith(flag + " "))
+             for flag in ("--objective", "--hub_push_adapter", "--learning_rate")}  # fmt: skip
+    assert first["--objective"] < first["--hub_push_adapter"] < first["--learning_rate"]

@@ -225,11 +225,20 @@ def held_out_examples(eval_documents, objective: Objective, generation: dict, pa
     seed = generation["seed"]
     eval_dataset = datasets.concatenate_datasets(
         [
-            generate_pretraining_dataset(eval_documents, objective, keep_provenance=False, **{**generation, "seed": s})
+            generate_pretraining_dataset(
+                eval_documents, objective, keep_provenance=False, log_summary=False, **{**generation, "seed": s}
+            )
             for s in range(seed + 1, seed + 1 + passes)
         ]
     )
-    logger.info("held-out: %d examples from %d documents", len(eval_dataset), len(eval_documents))
+    logger.info(
+        "held-out: %d %s examples from %d documents (%d sampling pass%s)",
+        len(eval_dataset),
+        objective.name,
+        len(eval_documents),
+        passes,
+        "" if passes == 1 else "es",
+    )
     return eval_dataset
 
 

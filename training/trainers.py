@@ -85,3 +85,25 @@ class SSPTrainer(StreamStateMixin, Trainer):
         if "loss" in logs:  # a training log: add the components averaged since the previous one
             logs.update(self._drain("train"))
         super().log(logs, *args, **kwargs)
+
+    def evaluate(self, eval_dataset=None, ignore_keys=None, metric_key_prefix: str = "eval") -> dict[str, float]:
+        """The held-out figures, the same for the same weights (issue 47):
+
+        - the MLM masks (and a dataloader worker's seed) are drawn from torch's generator seeded with ``--seed``,
+          inside a forked RNG state, so the figures do not depend on what ran before, and training's own random
+          stream is untouched;
+        - the held-out set of a step already evaluated (the Trainer's evaluation at the last step, then the run
+          script's final one) is not computed again: the figures of that step are returned.
+
+        Example: ``trainer.evaluate() == trainer.evaluate()`` for a model that did not train in between.
+        """
+        key = (self.state.global_step, metric_key_prefix)
+        cached = getattr(self, "_evaluated", {})
+        if eval_dataset is None and key in cached:
+            return dict(cached[key])
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(self.args.seed)
+            metrics = super().evaluate(eval_dataset, ignore_keys, metric_key_prefix)
+        if eval_dataset is None:
+            self._evaluated = {key: dict(metrics)}
+        return metrics
