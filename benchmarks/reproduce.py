@@ -3,21 +3,29 @@
 Tables (``--table``; ``benchmarks/reproduce_tables.py`` defines them):
 
 - ``as2_pretraining`` (aliases ``000``, ``001``; Di Liello et al. EMNLP 2022 and ACL 2023), WikiQA clean: pairwise;
-  pairwise after SSP continued pre-training; contextual; contextual after DSLC and after DPC continued pre-training.
+  pairwise after SSP continued pre-training; contextual; contextual after DSLC and after DPC continued pre-training;
+  and each structure objective's control, the same corpus, examples, steps, batch and learning rate with the MLM loss
+  only (``pairwise_mlm``, ``contextual_mlm``), compared with it beside the plain baseline.
 - ``joint`` (alias ``004``; Di Liello et al. NAACL 2022): pairwise; joint ``AE_k`` with the paper's full attention
-  and with ``own_slot``; joint after MLM + MSPP continued pre-training; the cascade (the MSPP joint model re-ranks the
-  pairwise top k) and the cascade whose joint model had no MSPP (``cascade_no_mspp``), on WikiQA clean or any AS2
+  and with ``own_slot``; joint after MLM + MSPP continued pre-training, with the paper's attention and with
+  ``own_slot``, and its MLM-only control (``joint_mlm``); the cascades (an MSPP joint model re-ranks the pairwise top k)
+  and the cascades whose joint model had no MSPP (``cascade_no_mspp``, ``cascade_own_slot``), on WikiQA clean or any AS2
   JSONL (``--dataset train.jsonl --validation_file dev.jsonl --test_file test.jsonl``, records ``{"question",
   "candidate", "label"}``).
 - ``qe`` (alias ``003``; Caciularu et al. NAACL 2022): λ = 0 vs λ = 0.2 on ``wikiqa_distractor``.
 
 Every system is fine-tuned from the same encoder (``--model``: all-MiniLM-L6-v2 by default) once per seed
-(``--seeds 3``: 42, 43, 44); each continued pre-training runs once per table (``--pretrain_seed``) and is shared by the
-seeds. Each run is a call of a run script's ``main`` (``run_as2``, ``run_joint``, ``run_pretrain``,
+(``--seeds``: 42, 43, ...); each continued pre-training runs once per table (``--pretrain_seed``) and is shared by the
+seeds. The seeds 42-46 are pre-registered (``PREREGISTERED_SEEDS``, issue 48): the mean ± std and every verdict read
+those, and a system's further seeds are shown beside them ("all seeds"), never in a verdict. A result's key is its
+settings and the base weights' digest (``model_weights``): runs from other bytes of the same model (a GPU lease's
+fp16-rounded MiniLM) count only where ``--merge_weights`` names them, and the table then says so. Each run is a call of a run script's ``main`` (``run_as2``, ``run_joint``, ``run_pretrain``,
 ``run_qe_contrastive``); its test predictions give the per-question metrics. Per system: mean ± std over the seeds
 of the test MAP / MRR / P@1 (``qe``: supporting-sentence F1 / EM and similarity mAPs); per comparison the paper makes:
 a paired bootstrap over questions (each question's metric averaged over the seeds both systems finished; 10,000
-resamples, 95% interval; ``reproduce_stats.py``). The JSON (``benchmarks/results/reproduce_<table>_<scale>.json``)
+resamples, 95% interval; ``reproduce_stats.py``); the verdict's interval pools 20 independent bootstrap streams and
+calls a side of 0 only where every stream agrees (``reproduce_stats.stable_interval``), so no verdict hangs on the
+bootstrap's random seed. The JSON (``benchmarks/results/reproduce_<table>_<scale>.json``)
 holds the date, the machine and CPU flags, every setting, every seed's record (argv, dev history, test metrics,
 per-question metrics) and the Markdown table, which is also printed.
 
@@ -26,7 +34,8 @@ pre-training steps of 8, the first 40 clean test questions; QE: 24 training and 
 per table with its 3 seeds on one shared core; it exercises every system and the statistics, its differences are
 noise-sized), ``cpu_learn`` (issue 32: every fine-tuning-only system learns on 2 cores: the whole WikiQA train set of
 questions with an answer, early stopping on the whole clean dev set, all 237 clean test questions, lr 2e-5, batch 32,
-2 epochs; REPRODUCE.md gives the measured times), ``gpu`` (the issue's sizes: continued pre-training
+2 epochs; REPRODUCE.md gives the measured times), ``gpu_learn`` (cpu_learn's fine-tuning with 10x its continued
+pre-training tokens, for a lent GPU: one objective group per lease), ``gpu`` (the issue's sizes: continued pre-training
 10,000 steps of 256 in bf16 on a multi-paragraph corpus, the papers' fine-tuning schedules with early stopping,
 9 distractors), ``smoke`` (tiny sizes for tests; with ``--model tiny`` or a tiny checkpoint).
 
@@ -115,7 +124,14 @@ RATES["smoke"] = RATES["cpu"]
 RATES["cpu_learn"] = {**RATES["cpu"], "as2_train_pair": 0.058, "as2_eval_pair": 0.025, "ctx_factor": 3.0,
                       "joint_train_group": 0.65, "joint_eval_group": 0.25, "qe_train_question": 4.0,
                       "qe_eval_question": 2.0}  # fmt: skip
+RATES["gpu_learn"] = RATES["cpu_learn"]  # on a GPU, rates() reads RATES["gpu"]
 WIKIQA_ROWS = {"train": 20360, "dev": 1126, "test": 2341}
+# Issue 48: every system's seeds, fixed before any result was seen. The verdicts read these (and no others); a table
+# shows further seeds beside them.
+PREREGISTERED_SEEDS = (42, 43, 44, 45, 46)
+# The weights of the records that predate the ``model_weights`` field: all ran on the CPU from the pip package's
+# all-MiniLM-L6-v2 (sha256 of its model.safetensors, first 16 hex digits).
+LEGACY_WEIGHTS = "53aa51172d142c89"
 WIKIQA_ANSWERED_TRAIN_ROWS = 8672  # the rows of the 873 train questions with a correct candidate
 WIKIQA_QUESTIONS = {"train": 2118, "dev": 122, "test": 237}
 
@@ -153,7 +169,13 @@ def parse_args(argv=None) -> argparse.Namespace:
         help="run outputs go to <output_root>/<table>_<scale>/ (several tables can share one root)",
     )
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: 1 at cpu/smoke scale)")
-    parser.add_argument("--bootstrap", type=int, default=10000, help="paired bootstrap resamples over questions")
+    parser.add_argument("--bootstrap", type=int, default=10000,
+                        help=f"paired bootstrap resamples over questions, per stream ({stats.BOOTSTRAP_STREAMS} "
+                             "independent streams make each verdict's interval)")  # fmt: skip
+    parser.add_argument("--merge_weights", default="",
+                        help="comma-separated weights digests (or their first 8+ hex digits) whose runs count with "
+                             "this invocation's model weights; by default a table counts only runs from the same "
+                             "bytes (a GPU lease's fp16-rounded MiniLM is other weights), and it says which it merged")  # fmt: skip
     parser.add_argument("--markdown", default=None, help="also write the Markdown table to this file")
     data = parser.add_argument_group("data")
     data.add_argument("--dataset", default="wikiqa", help="AS2 tables: wikiqa, embedded (smoke) or a train file")
@@ -189,6 +211,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     names = [s.name for s in table.systems]
     args.systems = [s.strip() for s in args.systems.split(",") if s.strip()] if args.systems else names
     args.rerun = {s.strip() for s in args.rerun.split(",") if s.strip()}
+    args.merge_weights = [w.strip() for w in args.merge_weights.split(",") if w.strip()]
+    if any(len(w) < 8 for w in args.merge_weights):
+        parser.error(f"--merge_weights {','.join(args.merge_weights)}: give at least 8 hex digits of each digest")
     unknown = (set(args.systems) | args.rerun) - set(names)
     if unknown:
         parser.error(f"unknown systems {sorted(unknown)} for --table {args.table}: choose from {names}")
@@ -231,7 +256,7 @@ def data_settings(cfg) -> dict:
 
 
 def pretrain_settings(cfg, pretraining) -> dict:
-    joint = pretraining.objective == "mspp"
+    joint = pretraining.joint
     out = {
         "model": cfg.model_id,
         "objective": pretraining.objective,
@@ -248,7 +273,8 @@ def pretrain_settings(cfg, pretraining) -> dict:
         "bf16": cfg.bf16,
     }
     if joint:
-        out.update(head=pretraining.head, attention=cfg.mspp_attention, num_candidates=cfg.num_candidates,
+        out.update(head=pretraining.head, attention=pretraining.attention or cfg.mspp_attention,
+                   num_candidates=cfg.num_candidates,
                    slot_length=cfg.slot_length)  # fmt: skip
     else:
         out["max_length"] = cfg.pretrain_max_length
@@ -403,13 +429,25 @@ class Harness:
     def pretrain_key(self, pretraining) -> str:
         return _digest(pretrain_settings(self.cfg, pretraining))
 
+    def counts(self, system, record: dict) -> bool:
+        """A stored record counts here when its settings are this invocation's and its base weights are this
+        invocation's model weights or one that ``--merge_weights`` names (a result's key is both)."""
+        return record.get("settings_key") == self.key(system) and self.weights_count(
+            record.get("model_weights") or LEGACY_WEIGHTS
+        )
+
+    def weights_count(self, digest: str) -> bool:
+        own = getattr(self.cfg, "model_weights", None)
+        if own is None:  # --plan without the model folder: nothing to compare with
+            return True
+        return digest == own or any(digest.startswith(prefix) for prefix in self.cfg.merge_weights)
+
     def record(self, system, seed: int) -> dict | None:
         found = self.state["runs"].get(system.name, {}).get(str(seed))
-        return found if found and found.get("settings_key") == self.key(system) else None
+        return found if found and self.counts(system, found) else None
 
     def current_runs(self, system) -> dict:
-        key = self.key(system)
-        return {s: r for s, r in self.state["runs"].get(system.name, {}).items() if r.get("settings_key") == key}
+        return {s: r for s, r in self.state["runs"].get(system.name, {}).items() if self.counts(system, r)}
 
     def save(self) -> None:
         self.state["updated"] = now_iso()
@@ -516,6 +554,8 @@ class Harness:
         folder = self.root / f"pretrain_{pretraining.key}"
         key = self.pretrain_key(pretraining)
         previous = self.state["pretraining"].get(pretraining.key)
+        if previous and (previous.get("model_weights") or LEGACY_WEIGHTS) != self.cfg.model_weights:
+            previous = None  # another base model's bytes: a pre-training of its own (the record is replaced)
         if previous and previous.get("settings_key") != key:
             logger.info("pre-training %s: settings changed, starting again", pretraining.key)
             previous = None
@@ -543,7 +583,7 @@ class Harness:
         finally:
             self.budget.phase = "idle"
         record.update(key=pretraining.key, settings_key=key, settings=pretrain_settings(self.cfg, pretraining),
-                      corpus=corpus, device=device_description())  # fmt: skip
+                      corpus=corpus, device=device_description(), model_weights=self.cfg.model_weights)  # fmt: skip
         self.state["pretraining"][pretraining.key] = record
         self.units_run.append(f"pretrain_{pretraining.key}")
         self.save()
@@ -571,14 +611,23 @@ class Harness:
         for system in table.systems:
             current = self.current_runs(system)
             stale = len(self.state["runs"].get(system.name, {})) - len(current)
-            summary = stats.summarize_system(current, metrics) if current else {"seeds": []}
+            registered = preregistered(current)
+            summary = stats.summarize_system(registered, metrics) if registered else {"seeds": []}
+            extra = {seed: record for seed, record in current.items() if seed not in registered}
+            if extra:
+                summary["all_seeds"] = stats.summarize_system(current, metrics)
             paper = tables.paper_rows(table, system.name)
-            summary.update(label=system.label, stale_runs_not_counted=stale, paper=paper, ran_on=ran_on(current))
+            summary.update(label=system.label, stale_runs_not_counted=stale, paper=paper, ran_on=ran_on(current),
+                           weights=sorted({r.get("model_weights") or LEGACY_WEIGHTS for r in current.values()}))  # fmt: skip
             systems[system.name] = summary
         comparisons = {}
         for comparison in table.comparisons:
             a, b = table.system(comparison.a), table.system(comparison.b)
-            found = stats.compare(self.current_runs(a), self.current_runs(b), metrics, self.cfg.bootstrap, 0)
+            runs_a, runs_b = preregistered(self.current_runs(a)), preregistered(self.current_runs(b))
+            found = stats.compare(runs_a, runs_b, metrics, self.cfg.bootstrap, 0)
+            metric = comparison.metric or metrics[0]
+            if found and len(found["seeds"]) >= stats.SEEDS_FOR_A_VERDICT:
+                found[metric]["stable"] = stats.stable_interval(runs_a, runs_b, metric, self.cfg.bootstrap)
             entry = {"claim": comparison.claim, "ours": found,
                      "paper": tables.paper_differences(table, comparison.a, comparison.b, metrics)}  # fmt: skip
             direction = tables.PAPER_DIRECTIONS.get((comparison.a, comparison.b))
@@ -592,6 +641,11 @@ class Harness:
             )
             comparisons[f"{comparison.a} - {comparison.b}"] = entry
         return {"systems": systems, "comparisons": comparisons}
+
+
+def preregistered(records: dict) -> dict:
+    """The runs of the pre-registered seeds (``PREREGISTERED_SEEDS``): what the verdicts and the mean ± std read."""
+    return {seed: record for seed, record in records.items() if int(seed) in PREREGISTERED_SEEDS}
 
 
 def ran_on(records: dict) -> dict:
@@ -695,7 +749,7 @@ def rough_estimate(cfg, table, system) -> float:
 
 def rough_pretrain_estimate(cfg, pretraining) -> float:
     rate = rates(cfg)
-    if pretraining.objective == "mspp":
+    if pretraining.joint:
         examples, per = cfg.mspp_steps * cfg.mspp_batch_size, rate["mspp_example"]
     else:
         examples, per = cfg.pretrain_steps * cfg.pretrain_batch_size, rate["pretrain_example"]
@@ -722,21 +776,31 @@ def markdown_report(cfg, table, summary: dict) -> str:
     paper_metrics = [
         m for m in metrics if any(m in r["metrics"] for s in table.systems for r in tables.paper_rows(table, s.name))
     ]
-    lines = [f"### {table.title}", ""]
+    lines = [f"### {table_title(cfg, table)}", ""]
     finished = sorted({int(seed) for found in summary["systems"].values() for seed in found["seeds"]})
     lines.append(
         f"Ours: {cfg.model_id}, scale `{cfg.scale}` ({sizes_line(cfg, table)}), seeds {_seed_list(finished) or 'none yet'}: mean ± std "
-        "over the seeds that finished, in %. Paper: as published, mean ± std over its runs where given; the first "
-        "row the paper reports for each metric (all rows in the JSON)."
+        f"over the pre-registered seeds ({_seed_list(list(PREREGISTERED_SEEDS))}) that finished, in %; a system's "
+        "further seeds are shown beside them (all seeds), and no verdict reads them. Paper: as published, mean ± std "
+        "over its runs where given; the first row the paper reports for each metric (all rows in the JSON)."
     )
+    weights = sorted({w for found in summary["systems"].values() for w in found.get("weights", [])})
+    if len(weights) > 1:
+        lines += ["", f"Runs from {len(weights)} copies of the base weights are counted together (--merge_weights): "
+                  + ", ".join(w[:8] for w in weights) + "; 'where each seed ran' names each seed's."]  # fmt: skip
     lines.append("")
+    extra = any(found.get("all_seeds") for found in summary["systems"].values())
     headers = ["system", "seeds"] + [f"{_name(m)} (ours)" for m in metrics]
+    headers += [f"{_name(metrics[0])} (all seeds)"] if extra else []
     headers += [f"{_name(m)} (paper)" for m in paper_metrics] + ["paper model, source"]
     rows = []
     for system in table.systems:
         found = summary["systems"][system.name]
         row = [f"{system.name}: {system.label}", str(len(found["seeds"]))]
         row += [stats.mean_std_text(found.get(m)) for m in metrics]
+        if extra:
+            every = found.get("all_seeds")
+            row.append(f"{stats.mean_std_text(every[metrics[0]])} ({len(every['seeds'])})" if every else "–")
         sources = []
         for m in paper_metrics:
             paper = next((r for r in found["paper"] if m in r["metrics"]), None)
@@ -786,6 +850,14 @@ def markdown_report(cfg, table, summary: dict) -> str:
     return "\n".join(lines)
 
 
+def table_title(cfg, table) -> str:
+    """The table's title, naming the data where it is not the default WikiQA clean (``--dataset FILE``)."""
+    if table.data == "as2" and cfg.dataset != "wikiqa":
+        name = "the embedded corpus" if cfg.dataset == "embedded" else Path(cfg.dataset).name
+        return table.title.replace("WikiQA clean or AS2 files", name).replace("WikiQA clean", name)
+    return table.title
+
+
 def sizes_line(cfg, table) -> str:
     if table.data == "qe":
         return (f"{cfg.qe_dataset}, {cfg.num_distractors} distractors, window {cfg.attention_window}, "
@@ -822,7 +894,7 @@ def print_plan(harness: Harness, missing: list[str]) -> None:
         pretraining = table.pretraining(key)
         record = harness.state["pretraining"].get(key) or {}
         done = record.get("settings_key") == harness.pretrain_key(pretraining) and record.get("status") == "done"
-        joint = pretraining.objective == "mspp"
+        joint = pretraining.joint
         steps = cfg.mspp_steps if joint else cfg.pretrain_steps
         batch = cfg.mspp_batch_size if joint else cfg.pretrain_batch_size
         length = (cfg.num_candidates + 1) * cfg.slot_length if joint else cfg.pretrain_max_length
@@ -862,7 +934,7 @@ def print_plan(harness: Harness, missing: list[str]) -> None:
                 argv = runs.joint_argv(cfg, system, model, out, seed, pairwise)
                 print("  " + runs.command_line("run_joint", argv))
     print(f"\nestimated time left: ~{total / 60:.0f} min ({'rough rates' if cfg.scale == 'gpu' else 'this machine'})")
-    if cfg.scale == "gpu":
+    if cfg.scale in ("gpu", "gpu_learn"):
         print(
             "GPU leases: a pre-trained folder stays on the machine only while it is held (<= 30 min) and is too "
             "large to come back through $OUT, so a pre-training and the fine-tunings that start from it belong in "
@@ -922,6 +994,8 @@ def _main(argv=None) -> int:
     data = check(lambda: runs.check_data(cfg, table))
     cfg.corpus_identity = runs.corpus_identity(cfg)
     corpus_files = check(lambda: runs.check_corpus(cfg)) if needs_corpus else None
+    # The base weights are part of every result's key (which stored runs count, which pre-training is reused).
+    cfg.model_weights = runs.weights_digest(cfg.model_path) if resolved else None
     harness = Harness(cfg, table)
     if cfg.plan:
         print_plan(harness, missing)
@@ -932,7 +1006,6 @@ def _main(argv=None) -> int:
         if cfg.markdown:
             Path(cfg.markdown).write_text(markdown + "\n")
         return EXIT_DONE
-    cfg.model_weights = runs.weights_digest(cfg.model_path)  # hashed only where runs can start (not --plan / --report)
     if cfg.threads:
         import torch
 
@@ -948,7 +1021,7 @@ def _main(argv=None) -> int:
     state.update(
         benchmark="reproduce",
         table=table.name,
-        title=table.title,
+        title=table_title(cfg, table),
         scale=cfg.scale,
         papers={key: tables.PAPERS[key] for key in table.papers},
         created=state.get("created") or started,

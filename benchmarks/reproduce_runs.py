@@ -464,7 +464,7 @@ def joint_argv(cfg, system, model: str | None, output_dir: Path, seed: int, pair
 
 
 def pretrain_argv(cfg, pretraining, corpus: str, output_dir: Path, resume: str | None) -> list[str]:
-    joint = pretraining.objective == "mspp"
+    joint = pretraining.joint
     steps = cfg.mspp_steps if joint else cfg.pretrain_steps
     argv = _model_args(cfg) + [
         "--model_type", cfg.model_type,
@@ -492,7 +492,8 @@ def pretrain_argv(cfg, pretraining, corpus: str, output_dir: Path, resume: str |
     ]  # fmt: skip
     if joint:
         argv += ["--joint_head", pretraining.head, "--num_candidates", str(cfg.num_candidates),
-                 "--slot_length", str(cfg.slot_length), "--first_token_attention", cfg.mspp_attention]  # fmt: skip
+                 "--slot_length", str(cfg.slot_length), "--first_token_attention",
+                 pretraining.attention or cfg.mspp_attention]  # fmt: skip
     else:
         argv += ["--max_length", str(cfg.pretrain_max_length)]
     if cfg.bf16:
@@ -740,7 +741,7 @@ def run_pretraining(cfg, pretraining, corpus: str, output_dir: Path, previous: d
         record["status"] = "partial"
         record["steps_done"] = results["interrupted"]["global_step"]
         return record
-    steps = cfg.mspp_steps if pretraining.objective == "mspp" else cfg.pretrain_steps
+    steps = cfg.mspp_steps if pretraining.joint else cfg.pretrain_steps
     record["status"] = "done"
     record["steps_done"] = steps
     record["held_out_after"] = {k: results.get("eval", {}).get(f"eval_{k}") for k in keys}

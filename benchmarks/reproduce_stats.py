@@ -82,12 +82,55 @@ def compare(runs_a: dict, runs_b: dict, metrics, resamples: int = 10000, seed: i
     return out
 
 
+BOOTSTRAP_STREAMS = 20
+
+
+def stable_interval(runs_a: dict, runs_b: dict, metric: str, resamples: int = 10000, streams: int = BOOTSTRAP_STREAMS):
+    """The verdict's interval, made independent of the bootstrap's random seed: ``streams`` independent bootstraps
+    (RNG seeds 0 .. streams - 1) of ``resamples`` each, the two-level one where both systems have 2 or more seeds.
+    Returns ``{"ci95": the percentile interval of the pooled streams × resamples, "low_spread" / "high_spread":
+    [min, max] of each bound over the streams, "sides": the side of 0 each stream's interval is on (+1, -1, 0)}``;
+    :func:`verdict` calls a side only where every stream agrees."""
+    seeds = sorted(set(runs_a) & set(runs_b), key=int)
+    per_seed_a = {s: runs_a[s]["per_question"] for s in seeds}
+    per_seed_b = {s: runs_b[s]["per_question"] for s in seeds}
+    means = []
+    for stream in range(streams):
+        if len(seeds) > 1:
+            means.append(_two_level_means(per_seed_a, per_seed_b, metric, resamples, stream))
+        else:
+            a, b = seed_averaged(per_seed_a, [metric]), seed_averaged(per_seed_b, [metric])
+            questions = sorted(set(a) & set(b))
+            diff = np.array([a[q][metric] - b[q][metric] for q in questions])
+            picks = np.random.default_rng(stream).integers(0, len(questions), size=(resamples, len(questions)))
+            means.append(diff[picks].mean(axis=1))
+    from bench_utils import rounded_interval
+
+    bounds = [rounded_interval(*np.percentile(m, [2.5, 97.5]))[0] for m in means]
+    pooled, _ = rounded_interval(*np.percentile(np.concatenate(means), [2.5, 97.5]))
+    return {
+        "ci95": pooled,
+        "streams": streams,
+        "resamples_per_stream": resamples,
+        "low_spread": [min(b[0] for b in bounds), max(b[0] for b in bounds)],
+        "high_spread": [min(b[1] for b in bounds), max(b[1] for b in bounds)],
+        "sides": sorted({1 if low > 0 else -1 if high < 0 else 0 for low, high in bounds}),
+    }
+
+
 def two_level_interval(per_seed_a: dict, per_seed_b: dict, metric: str, resamples: int = 10000, seed: int = 0):
     """95% percentile interval of a - b, resampling each system's seeds (with replacement) and then the questions
     (paired): ``([low, high], zero_in_ci95)``, rounded as the question-only interval. ``per_seed_*``:
     ``{seed: {question: {metric: value}}}``; the questions every seed of both systems scored."""
     from bench_utils import rounded_interval
 
+    return rounded_interval(
+        *np.percentile(_two_level_means(per_seed_a, per_seed_b, metric, resamples, seed), [2.5, 97.5])
+    )
+
+
+def _two_level_means(per_seed_a: dict, per_seed_b: dict, metric: str, resamples: int, seed: int) -> np.ndarray:
+    """The two-level bootstrap's resampled mean differences (``resamples`` values)."""
     questions = sorted(set.intersection(*(set(p) for p in (*per_seed_a.values(), *per_seed_b.values()))))
     a = np.array([[per_q[q][metric] for q in questions] for per_q in per_seed_a.values()], dtype=np.float64)
     b = np.array([[per_q[q][metric] for q in questions] for per_q in per_seed_b.values()], dtype=np.float64)
@@ -96,8 +139,7 @@ def two_level_interval(per_seed_a: dict, per_seed_b: dict, metric: str, resample
     seeds_b = rng.integers(0, len(b), size=(resamples, len(b)))
     picks = rng.integers(0, len(questions), size=(resamples, len(questions)))
     diff = a[seeds_a].mean(axis=1) - b[seeds_b].mean(axis=1)  # (resamples, questions)
-    means = np.take_along_axis(diff, picks, axis=1).mean(axis=1)
-    return rounded_interval(*np.percentile(means, [2.5, 97.5]))
+    return np.take_along_axis(diff, picks, axis=1).mean(axis=1)
 
 
 SEEDS_FOR_A_VERDICT = 3
@@ -106,6 +148,9 @@ SEEDS_FOR_A_VERDICT = 3
 def verdict(found: dict | None, metric: str, paper_sign: int | None, seeds_needed: int = SEEDS_FOR_A_VERDICT) -> str:
     """One claim's verdict from our a - b on ``metric`` (``compare``'s output) and the sign of the paper's a - b (+1,
     -1; None or 0 where the paper states none, as for as2hub's own comparisons):
+
+    - ``not decidable at this scale (...)`` when the metric has a :func:`stable_interval` whose streams put 0 on
+      different sides: the verdict would hang on the bootstrap's random seed;
 
     - ``not decided yet (n of 3 seeds)`` while fewer seeds than ``seeds_needed`` are shared;
     - ``reproduced`` / ``not reproduced`` when the interval (two-level where there is one) excludes 0 on the paper's
@@ -116,6 +161,9 @@ def verdict(found: dict | None, metric: str, paper_sign: int | None, seeds_neede
     seeds = len(found["seeds"]) if found else 0
     if seeds < seeds_needed:
         return f"not decided yet ({seeds} of {seeds_needed} seeds)"
+    stable = found[metric].get("stable")
+    if stable and len(stable["sides"]) > 1:
+        return "not decidable at this scale (the interval's side of 0 depends on the bootstrap's seed)"
     low, high = interval_of(found[metric])
     side = 1 if low > 0 else -1 if high < 0 else 0
     if not paper_sign:
@@ -141,6 +189,8 @@ def mean_std_text(summary: dict, digits: int = 1) -> str:
 def interval_of(found: dict) -> list[float]:
     """The interval the tables and verdicts read: the two-level one (seeds and questions) where there is one, else the
     question-only one."""
+    if found.get("stable"):
+        return found["stable"]["ci95"]
     return found.get("ci95_seeds_and_questions") or found["ci95"]
 
 

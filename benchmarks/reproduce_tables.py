@@ -109,6 +109,9 @@ PAPER_DIRECTIONS = {
     ("cascade_no_mspp", "pairwise"): (+1, "004 sec. 4.3 / Table 2: the cascade raises P@1 over the pairwise model "
                                           "(the paper's joint model had MSPP; here it is fine-tuned without it)"),
 }  # fmt: skip
+# The same findings for as2hub's own_slot variants of the MSPP model and its cascade.
+PAPER_DIRECTIONS[("mspp_own_slot", "pairwise")] = PAPER_DIRECTIONS[("mspp", "pairwise")]
+PAPER_DIRECTIONS[("cascade_mspp_own_slot", "pairwise")] = PAPER_DIRECTIONS[("cascade", "pairwise")]
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -122,7 +125,12 @@ class Pretraining:
     key: str
     objective: str
     head: str | None = None  # MSPP: the joint head
-    attention: str | None = None  # MSPP: first_token_attention
+    attention: str | None = None  # MSPP: first_token_attention (None: --mspp_attention)
+
+    @property
+    def joint(self) -> bool:
+        """MSPP or its MLM-only control: grouped examples for the joint model (``--mspp_*`` sizes)."""
+        return self.objective in ("mspp", "mlm_mspp")
 
 
 @dataclass(frozen=True)
@@ -174,11 +182,33 @@ AS2_PRETRAINING = Table(
     systems=(
         System("pairwise", "pairwise (q, c)", "as2", pairwise=True),
         System("pairwise_ssp", "pairwise, after SSP continued pre-training", "as2", pairwise=True, pretrain="ssp"),
+        System(
+            "pairwise_mlm",
+            "pairwise, after MLM-only continued pre-training (SSP's control)",
+            "as2",
+            pairwise=True,
+            pretrain="mlm_ssp",
+        ),  # fmt: skip
         System("contextual", "contextual (q, c, prev + next sentence)", "as2"),
         System("contextual_dslc", "contextual, after DSLC continued pre-training", "as2", pretrain="dslc"),
         System("contextual_dpc", "contextual, after DPC continued pre-training", "as2", pretrain="dpc"),
+        System(
+            "contextual_mlm",
+            "contextual, after MLM-only continued pre-training (DSLC's and DPC's control)",
+            "as2",
+            pretrain="mlm_dslc",
+        ),  # fmt: skip
     ),
-    pretrainings=(Pretraining("ssp", "ssp"), Pretraining("dslc", "dslc"), Pretraining("dpc", "dpc")),
+    # The controls: the same corpus, examples, steps, batch and learning rate with the MLM loss only (the structure
+    # labels are made and set aside). mlm_dslc's examples carry DSLC's contexts; DPC's differ only in which sentences
+    # make the context, so one MLM-only run serves both (the same tokens' statistics, the same budget).
+    pretrainings=(
+        Pretraining("ssp", "ssp"),
+        Pretraining("mlm_ssp", "mlm_ssp"),
+        Pretraining("dslc", "dslc"),
+        Pretraining("dpc", "dpc"),
+        Pretraining("mlm_dslc", "mlm_dslc"),
+    ),
     comparisons=(
         Comparison(
             "pairwise_ssp",
@@ -186,9 +216,19 @@ AS2_PRETRAINING = Table(
             "001: SSP continued pre-training raises pairwise WikiQA (+4.6 P@1 RoBERTa)",
             "p@1",
         ),
+        Comparison(
+            "pairwise_ssp",
+            "pairwise_mlm",
+            "control: SSP's gain is more than the MLM on in-domain text it runs beside (same corpus and budget)",
+            "p@1",
+        ),
+        Comparison("pairwise_mlm", "pairwise", "control: MLM-only continued pre-training on the same corpus", "p@1"),
         Comparison("contextual", "pairwise", "000: on WikiQA the contextual baseline is below the pairwise one"),
         Comparison("contextual_dslc", "contextual", "000: DSLC pre-training raises contextual AS2"),
         Comparison("contextual_dpc", "contextual", "000: DPC pre-training raises contextual AS2"),
+        Comparison("contextual_dslc", "contextual_mlm", "control: DSLC's gain is more than its MLM on the same corpus"),
+        Comparison("contextual_dpc", "contextual_mlm", "control: DPC's gain is more than the MLM on the same corpus"),
+        Comparison("contextual_mlm", "contextual", "control: MLM-only continued pre-training on the same corpus"),
         Comparison("contextual_dslc", "pairwise", "000: DSLC-pretrained contextual above the pairwise baseline"),
         Comparison("contextual_dpc", "pairwise", "000: DPC-pretrained contextual above the pairwise baseline"),
     ),
@@ -213,11 +253,36 @@ JOINT = Table(
         System("joint_own_slot", "joint AE_k, own_slot attention, no MSPP", "joint", head="AE_k", attention="own_slot"),
         System("mspp", "joint AE_k after MLM + MSPP continued pre-training", "joint", head="AE_k", pretrain="mspp"),
         System(
+            "mspp_own_slot",
+            "joint AE_k, own_slot, after MLM + MSPP (own_slot) continued pre-training",
+            "joint",
+            head="AE_k",
+            attention="own_slot",
+            pretrain="mspp_own_slot",
+        ),  # fmt: skip
+        System(
+            "joint_mlm",
+            "joint AE_k, own_slot, after MLM-only continued pre-training (MSPP's control)",
+            "joint",
+            head="AE_k",
+            attention="own_slot",
+            pretrain="mlm_mspp",
+        ),  # fmt: skip
+        System(
             "cascade",
             "the MSPP joint model re-ranks the pairwise top k",
             "joint",
             head="AE_k",
             pretrain="mspp",
+            cascade_of="pairwise",
+        ),  # fmt: skip
+        System(
+            "cascade_mspp_own_slot",
+            "the own_slot MSPP joint model re-ranks the pairwise top k",
+            "joint",
+            head="AE_k",
+            attention="own_slot",
+            pretrain="mspp_own_slot",
             cascade_of="pairwise",
         ),  # fmt: skip
         System(
@@ -236,14 +301,25 @@ JOINT = Table(
             cascade_of="pairwise",
         ),  # fmt: skip
     ),
-    pretrainings=(Pretraining("mspp", "mspp", head="AE_k"),),
+    # MSPP with the paper's attention (--mspp_attention, default all) and with own_slot; the control runs the same
+    # grouped examples with the MLM loss only, own_slot (the joint models without MSPP learn only with own_slot).
+    pretrainings=(
+        Pretraining("mspp", "mspp", head="AE_k"),
+        Pretraining("mspp_own_slot", "mspp", head="AE_k", attention="own_slot"),
+        Pretraining("mlm_mspp", "mlm_mspp", head="AE_k", attention="own_slot"),
+    ),
     comparisons=(
         Comparison("joint_all", "pairwise", PAPER_DIRECTIONS[("joint_all", "pairwise")][1]),
         Comparison("joint_own_slot", "pairwise", "as2hub: own_slot lets the joint model learn without MSPP"),
         Comparison("joint_own_slot", "joint_all", "as2hub: own_slot vs the paper's full attention, no MSPP"),
         Comparison("mspp", "pairwise", PAPER_DIRECTIONS[("mspp", "pairwise")][1]),
         Comparison("mspp", "joint_all", PAPER_DIRECTIONS[("mspp", "joint_all")][1]),
+        Comparison("mspp_own_slot", "pairwise", PAPER_DIRECTIONS[("mspp", "pairwise")][1]),
+        Comparison("mspp_own_slot", "joint_own_slot", "as2hub: MSPP raises the own_slot joint model"),
+        Comparison("mspp_own_slot", "joint_mlm", "control: MSPP's gain is more than its MLM on the same corpus"),
+        Comparison("joint_mlm", "joint_own_slot", "control: MLM-only continued pre-training on the same corpus"),
         Comparison("cascade", "pairwise", PAPER_DIRECTIONS[("cascade", "pairwise")][1], "p@1"),
+        Comparison("cascade_mspp_own_slot", "pairwise", PAPER_DIRECTIONS[("cascade", "pairwise")][1], "p@1"),
         Comparison("cascade_no_mspp", "pairwise", PAPER_DIRECTIONS[("cascade_no_mspp", "pairwise")][1], "p@1"),
         Comparison(
             "cascade_own_slot",
@@ -431,7 +507,7 @@ SCALES = {
 # pairwise seed (REPRODUCE.md, "cpu_learn"): the same lr, epochs, warm-up and early stopping for every AS2 system.
 SCALES["cpu_learn"] = {
     **SCALES["cpu"],
-    "seeds": 3,
+    "seeds": 5,  # 42-46, pre-registered (issue 48)
     "train_questions": "with_answer",  # 873 questions, 8,672 rows
     "max_train_samples": None,
     "max_eval_samples": None,  # the whole clean dev set (122 questions, 1,126 rows), every epoch
@@ -452,7 +528,9 @@ SCALES["cpu_learn"] = {
     "pretrain_max_length": 128,
     "pretrain_save_steps": 200,
     "pretrain_mlm_weight": 1.0,
-    "mspp_steps": 500,
+    # MSPP: the same pre-training token budget as SSP (issue 48): 2,000 x 16 x 128 = 4.10M tokens; a group is the
+    # question slot and k = 5 candidate slots of L = 64, 384 tokens, so 1,333 steps of 8 groups = 4.09M tokens.
+    "mspp_steps": 1333,
     "mspp_batch_size": 8,
     "mspp_mlm_weight": 1.0,
     "corpus": "pydoc_docs,wikiqa_train",
@@ -469,6 +547,23 @@ SCALES["cpu_learn"] = {
     "qe_grad_accum": 2,
     "qe_warmup": 0.1,
     "qe_patience": 2,
+}
+# gpu_learn (issue 48): cpu_learn's fine-tuning recipe unchanged (so the two scales' fine-tunings compare), with 10x
+# cpu_learn's continued pre-training tokens per objective: 2,500 steps of 128 x 128 tokens = 41M (SSP, DSLC, DPC and
+# their MLM-only controls); MSPP the same 41M tokens, 1,667 steps of 64 groups of 384. Sized from a lent H200
+# (2026-11-27): cpu_learn's SSP pre-training, 32,000 examples in steps of 16, took ~75 s beside three other jobs, and a
+# WikiQA fine-tuning 20 s; steps of 128 keep the GPU busier, so a pre-training of 320,000 examples is expected at
+# ~5 min or less, and one objective group (the objective, its control, 2 x 5 fine-tunings) fits one lease when its two
+# pre-trainings run side by side. One group per lease: a pre-trained folder cannot come back through $OUT.
+SCALES["gpu_learn"] = {
+    **SCALES["cpu_learn"],
+    "pretrain_steps": 2500,
+    "pretrain_batch_size": 128,
+    "pretrain_save_steps": 500,
+    "pretrain_workers": 4,
+    "mspp_steps": 1667,
+    "mspp_batch_size": 64,
+    "eval_batch_size": 256,
 }
 # A smoke scale for tests and quick checks: the cpu scale with tiny sizes (pass --model to use a tiny checkpoint).
 SCALES["smoke"] = {

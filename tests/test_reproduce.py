@@ -261,6 +261,120 @@ def test_a_run_measured_on_another_device_does_not_plan_this_ones_and_the_table_
     assert reproduce._seed_list([42, 43, 44, 46, 48, 49]) == "42-44, 46, 48-49"
 
 
+# ---------------------------------------------------------------------------------------- issue 48: keys, seeds, RNG
+
+
+def _harness(tmp_path, runs: dict, weights: str, *flags) -> "reproduce.Harness":
+    """A harness over stored runs (no model, nothing to run): ``runs`` {system: {seed: record}}."""
+    cfg = reproduce.parse_args(["--table", "001", *TINY, "--results", str(tmp_path / "state.json"),
+                                "--output_root", str(tmp_path / "out"), *flags])  # fmt: skip
+    cfg.model_path, cfg.model_id, cfg.model_type = None, "m", "bert"
+    cfg.corpus_identity, cfg.model_weights = "c", weights
+    harness = reproduce.Harness(cfg, reproduce_tables.TABLES["as2_pretraining"])
+    for system, by_seed in runs.items():
+        key = harness.key(harness.table.system(system))
+        harness.state["runs"][system] = {seed: {**record, "settings_key": key} for seed, record in by_seed.items()}
+    return harness
+
+
+def _records(values: dict, questions: int = 50) -> dict:
+    """{seed: value} -> records whose every question and every metric score ``value``."""
+    metrics = ("map", "mrr", "p@1")
+    return {seed: {"test": dict.fromkeys(metrics, v), "per_question": {f"q{i}": dict.fromkeys(metrics, v)
+                                                                          for i in range(questions)}}
+            for seed, v in values.items()}  # fmt: skip
+
+
+def test_a_result_counts_only_from_the_same_base_weights_unless_the_table_merges_them(tmp_path):
+    exact, rounded = reproduce.LEGACY_WEIGHTS, "554d22e49c7da8d4"
+    records = _records({"42": 0.6, "43": 0.6, "44": 0.6})
+    records["42"]["model_weights"] = exact
+    records["44"]["model_weights"] = rounded  # 43 predates the field: the pip package's weights
+    system = reproduce_tables.TABLES["as2_pretraining"].system("pairwise")
+    harness = _harness(tmp_path, {"pairwise": records}, exact)
+    assert sorted(harness.current_runs(system)) == ["42", "43"] and harness.record(system, 44) is None
+    assert sorted(_harness(tmp_path, {"pairwise": records}, rounded).current_runs(system)) == ["44"]
+    merged = _harness(tmp_path, {"pairwise": records}, exact, "--merge_weights", "554d22e4")
+    assert sorted(merged.current_runs(system)) == ["42", "43", "44"]
+    summary = merged.summarize()["systems"]["pairwise"]
+    assert summary["weights"] == [exact, rounded]
+    with pytest.raises(SystemExit):  # a prefix too short to name one digest
+        reproduce.parse_args(["--table", "001", "--merge_weights", "554d"])
+
+
+def test_the_verdicts_and_the_table_read_the_preregistered_seeds_only(tmp_path):
+    # SSP equals the baseline on the pre-registered seeds 42-46 and is far ahead on 47 and 48, added later: the
+    # verdict must not see 47 and 48; the table shows them beside, as "all seeds".
+    ssp = _records({"42": 0.5, "43": 0.6, "44": 0.5, "45": 0.6, "46": 0.5, "47": 0.95, "48": 0.95})
+    base = _records({str(seed): v for seed, v in zip(range(42, 49), (0.5, 0.6, 0.5, 0.6, 0.5, 0.5, 0.5))})
+    harness = _harness(tmp_path, {"pairwise_ssp": ssp, "pairwise": base}, reproduce.LEGACY_WEIGHTS)
+    summary = harness.summarize()
+    entry = summary["comparisons"]["pairwise_ssp - pairwise"]
+    assert entry["ours"]["seeds"] == [42, 43, 44, 45, 46] and entry["ours"]["p@1"]["diff"] == pytest.approx(0.0)
+    assert entry["verdict"] == "not decidable at this scale"
+    system = summary["systems"]["pairwise_ssp"]
+    assert system["seeds"] == [42, 43, 44, 45, 46] and system["map"]["mean"] == pytest.approx(0.54)
+    assert system["all_seeds"]["seeds"] == list(range(42, 49)) and system["all_seeds"]["map"]["mean"] == pytest.approx(
+        (0.5 + 0.6 + 0.5 + 0.6 + 0.5 + 0.95 + 0.95) / 7
+    )
+    markdown = reproduce.markdown_report(harness.cfg, harness.table, summary)
+    assert "MAP (all seeds)" in markdown and "65.7 ± 20.5 (7)" in markdown  # statistics.mean / stdev of the 7
+
+
+def test_a_verdict_does_not_hang_on_the_bootstraps_random_seed():
+    # 400 questions, seed-averaged differences: 100 at +1, 70 at -1, 230 at 0. Mean 0.075, standard error
+    # sqrt((170/400 - 0.075^2) / 400) = 0.0321, so the normal 95% lower bound is 0.075 - 1.96 x 0.0321 = 0.0121:
+    # clearly above 0 (3.9 resampling standard errors of a 2.5% quantile away), the same side in every stream.
+    def runs_of(diffs):
+        per_q = lambda v: {f"q{i}": {"p@1": x} for i, x in enumerate(v)}  # noqa: E731
+        return {"42": {"test": {"p@1": float(np.mean(diffs))}, "per_question": per_q(diffs)}}, {
+            "42": {"test": {"p@1": 0.0}, "per_question": per_q([0.0] * len(diffs))}
+        }
+
+    clear = [1.0] * 100 + [-1.0] * 70 + [0.0] * 230
+    stable = reproduce_stats.stable_interval(*runs_of(clear), "p@1", resamples=2000)
+    assert stable["sides"] == [1] and stable["streams"] == 20 and 0.0 < stable["ci95"][0] < 0.03
+    assert stable["low_spread"][0] <= stable["ci95"][0] <= stable["low_spread"][1]
+    # On the edge: 100 at +1, 74 at -1. Mean 0.065, standard error sqrt((174/400 - 0.065^2) / 400) = 0.0328; the
+    # normal lower bound is 0.065 - 1.96 x 0.0328 = +0.0007, within the bootstrap's own noise of 0: some streams put
+    # it at or below 0, others above. A verdict there would be the bootstrap seed's, so none is called.
+    edge = [1.0] * 100 + [-1.0] * 74 + [0.0] * 226
+    stable = reproduce_stats.stable_interval(*runs_of(edge), "p@1", resamples=2000)
+    assert stable["sides"] == [0, 1] and stable["low_spread"][0] <= 0.0 < stable["low_spread"][1]
+    found = {"seeds": [42, 43, 44], "p@1": {"diff": 0.065, "ci95": [0.001, 0.13], "stable": stable}}
+    assert reproduce_stats.verdict(found, "p@1", +1) == (
+        "not decidable at this scale (the interval's side of 0 depends on the bootstrap's seed)"
+    )
+    del found["p@1"]["stable"]  # the one interval alone would have called it
+    assert reproduce_stats.verdict(found, "p@1", +1) == "reproduced"
+
+
+def test_a_table_on_other_data_names_it_in_its_title(tmp_path):
+    cfg = reproduce.parse_args(["--table", "004", "--dataset", str(tmp_path / "my_train.jsonl")])
+    title = reproduce.table_title(cfg, reproduce_tables.TABLES["joint"])
+    assert "my_train.jsonl" in title and "WikiQA" not in title
+    cfg = reproduce.parse_args(["--table", "001"])
+    assert reproduce.table_title(cfg, reproduce_tables.TABLES["as2_pretraining"]).startswith("WikiQA clean")
+
+
+def test_every_structure_objective_has_its_mlm_only_control_with_the_same_budget():
+    table = reproduce_tables.TABLES["as2_pretraining"]
+    control = {"pairwise_ssp": "pairwise_mlm", "contextual_dslc": "contextual_mlm", "contextual_dpc": "contextual_mlm"}
+    for system, against in control.items():
+        assert any(c.a == system and c.b == against for c in table.comparisons)
+        assert table.pretraining(table.system(against).pretrain).objective == "mlm_" + (
+            "ssp" if system == "pairwise_ssp" else "dslc"
+        )
+    joint = reproduce_tables.TABLES["joint"]
+    assert joint.pretraining("mlm_mspp").joint and joint.pretraining("mspp_own_slot").attention == "own_slot"
+    assert any(c.a == "mspp_own_slot" and c.b == "joint_mlm" for c in joint.comparisons)
+    learn = reproduce_tables.SCALES["cpu_learn"]
+    ssp_tokens = learn["pretrain_steps"] * learn["pretrain_batch_size"] * learn["pretrain_max_length"]
+    mspp_tokens = learn["mspp_steps"] * learn["mspp_batch_size"] * 6 * 64  # the question slot and k = 5, L = 64
+    assert ssp_tokens == 4_096_000 and abs(mspp_tokens - ssp_tokens) / ssp_tokens < 0.001
+    assert learn["seeds"] == 5 and reproduce.PREREGISTERED_SEEDS == (42, 43, 44, 45, 46)
+
+
 def test_the_weights_digest_is_the_sha256_of_the_weights_file(tmp_path):
     (tmp_path / "model.safetensors").write_bytes(b"abc")
     assert reproduce_runs.weights_digest(str(tmp_path)) == "ba7816bf8f01cfea"  # sha256("abc"), FIPS 180-2 example
