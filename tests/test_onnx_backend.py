@@ -1,6 +1,5 @@
 """ONNX Runtime backend: export -> load -> the torch scores, int8, a graph that loads with onnxruntime alone, bad input."""
 
-import importlib.util
 import json
 import re
 import subprocess
@@ -278,23 +277,6 @@ def test_exported_folder_scores_with_onnxruntime_alone(ranker_folder, backbone):
     assert result.returncode == 0, result.stderr[-3000:]
     scores = json.loads(result.stdout.split("SCORES", 1)[1])
     assert scores == pytest.approx(expected, abs=1e-4)
-
-
-@needs_onnx
-@pytest.mark.slow
-def test_crossencoder_onnx_backend_when_optimum_is_installed(ranker_folder):
-    """``CrossEncoder(folder, backend="onnx", trust_remote_code=True)`` needs ``optimum.onnxruntime``; the maintained
-    optimum-onnx does not install next to transformers 5, so this runs only where some build of it is present."""
-    if importlib.util.find_spec("optimum") is None or importlib.util.find_spec("optimum.onnxruntime") is None:
-        pytest.skip("optimum.onnxruntime is not installed (optimum-onnx requires transformers < 4.58)")
-    from sentence_transformers import CrossEncoder
-
-    folder = ranker_folder("bert", True)
-    tokenizer = AutoTokenizer.from_pretrained(folder)
-    pairs = [[QUESTION, context_text_pair(tokenizer, s, c) if c else s] for s, c in zip(CANDIDATES, CONTEXTS)]
-    cross = CrossEncoder(str(folder), backend="onnx", trust_remote_code=True)
-    expected = score_all(Ranker.from_pretrained(folder)).numpy()
-    np.testing.assert_allclose(cross.predict(pairs), expected, atol=1e-4, rtol=0)
 
 
 # ------------------------------------------------------------------------------------------------------------------
