@@ -2,6 +2,7 @@
 (first token, ONNX export, scores, LoRA, positions, the run scripts' class lookups) are read from it."""
 
 import dataclasses
+from pathlib import Path
 
 import pytest
 from transformers import AutoConfig, AutoModel, AutoModelForSequenceClassification
@@ -39,6 +40,28 @@ def test_the_library_tables_are_read_from_the_registry():
     )
     assert set(SSP_MODELS) == set(JOINT_MODELS) == set(JOINT_PRETRAINING_MODELS) == {"roberta", "electra", "bert"}
     assert JOINT_MODELS["roberta"][1] is not JOINT_PRETRAINING_MODELS["roberta"][1]
+
+
+def test_no_library_module_writes_a_model_type_of_its_own():
+    """A second hand-written table (a set of model types beside the registry) would pass the comparisons above while
+    the registry and it agree; it is caught here instead: outside the registry and the families' own remote code, no
+    module of the library names a model type. Family names are allowed (``longformer_qe`` is both)."""
+    root = Path(registry.__file__).resolve().parent.parent
+    remote = {f"modeling/{family}" for family in FAMILIES}
+    family_names = set(FAMILIES)
+    types = {t for family in FAMILIES.values() for t in family.model_types} - family_names
+    assert len(types) == 9  # 3 backbones x contextual, ssp, joint
+    found = []
+    for path in root.rglob("*.py"):
+        relative = path.relative_to(root).as_posix()
+        top = relative.split("/")[0]
+        if top not in ("modeling", "metrics", "training", "data_collators", "serving", "run_scripts", "hub_cards"):
+            continue
+        if relative == "modeling/registry.py" or any(relative.startswith(folder + "/") for folder in remote):
+            continue
+        text = path.read_text()
+        found += [f"{relative}: {t}" for t in sorted(types) if f'"{t}"' in text or f"'{t}'" in text]
+    assert found == []
 
 
 def test_position_offset_and_usable_positions():

@@ -100,7 +100,10 @@ def build_model(model_args, tokenizer, objective: str | Objective):
             loader = functools.partial(
                 model_class.from_discriminator_and_generator, generator=model_args.generator_name_or_path
             )
-        elif model_args.model_type == "electra" and _model_type(model_args.model_name_or_path) != "ssp_electra":
+        elif (
+            model_args.model_type == "electra"
+            and _model_type(model_args.model_name_or_path) != SSP_MODELS["electra"][0].model_type
+        ):  # not a checkpoint of ours, which carries its generator
             logger.warning(
                 "no --generator_name_or_path: the generator is a new random one with %.2g of the discriminator's "
                 "width; the papers continue from the released generator",
