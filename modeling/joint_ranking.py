@@ -84,7 +84,7 @@ class JointRanker:
         if isinstance(pairwise, str):
             options = {"backend": backend, "quantize": quantize, "num_threads": num_threads}
             pairwise = Ranker.from_pretrained(pairwise, trust_remote_code=trust_remote_code, **options)
-        tokenizer = AutoTokenizer.from_pretrained(loaded.folder)
+        tokenizer = AutoTokenizer.from_pretrained(loaded.folder, trust_remote_code=trust_remote_code)
         return cls(loaded.model, tokenizer, pairwise=pairwise, backend=loaded.backend, **kwargs)
 
     @torch.inference_mode()

@@ -68,6 +68,11 @@ from transformers import AutoConfig, AutoModel, AutoModelForSequenceClassificati
 from as2hub.modeling.cascade import NoCascadeHeadsError
 from as2hub.modeling.files import write_json_atomic
 from as2hub.modeling.first_token import first_token_last_layer
+from as2hub.modeling.folders import (
+    ModelNotFoundError,
+    NotAnAS2hubRankerError,
+    check_model_path,
+)
 from as2hub.modeling.onnx_cascade import (
     CASCADE_KEY,
     STAGE_GLOB,
@@ -104,10 +109,6 @@ class StaleOnnxExportError(ValueError):
 
 class MissingOnnxExportError(FileNotFoundError):
     """A saved ranker without the ``onnx/`` graph asked for (``as2hub-export-onnx`` writes it)."""
-
-
-class NotAnAS2hubRankerError(ValueError):
-    """A folder whose config is not one of as2hub's ranker model types."""
 
 
 def require_onnx(*, quantize: bool = False):
@@ -298,10 +299,9 @@ def check_ranker_folder(folder) -> tuple[Path, object]:
     folder = Path(folder)
     config_file = folder / "config.json"
     if not config_file.is_file():
-        raise NotAnAS2hubRankerError(
-            f"{folder} is not a saved model folder (no config.json): pass the output folder of run_as2.py "
-            "or of model.save_pretrained()"
-        )
+        if not folder.exists():
+            raise ModelNotFoundError(f"{folder}: no such model folder")
+        check_model_path(folder)  # a file, a LoRA adapter or a folder without config.json: says which
     model_type = json.loads(config_file.read_text()).get("model_type")
     if model_type not in EXPORT_SPECS:
         raise NotAnAS2hubRankerError(
@@ -509,7 +509,7 @@ def export_onnx(folder, quantize: str | None = None, opset: int = DEFAULT_OPSET)
     spec = EXPORT_SPECS[config.model_type]
     # Eager attention: the SDPA path of transformers 5 does not trace into a graph ONNX Runtime optimizes well.
     model = spec.auto_class.from_pretrained(folder, trust_remote_code=True, attn_implementation="eager").eval()
-    tokenizer = AutoTokenizer.from_pretrained(folder)
+    tokenizer = AutoTokenizer.from_pretrained(folder, trust_remote_code=True)
     batches = spec.dummy_batches(model, tokenizer)
     with torch.inference_mode():
         expected = [model(**batch).logits.float().numpy() for batch in batches]
@@ -767,6 +767,7 @@ class OnnxRankerModel:
         """
         if quantize not in (None, *QUANTIZE_CHOICES):
             raise ValueError(f"quantize must be None or one of {QUANTIZE_CHOICES}, got {quantize!r}")
+        check_model_path(path)
         ort = require_onnx()
         folder = _local_folder(path, quantize)
         graph = folder / ONNX_SUBFOLDER / GRAPH_FILES[quantize]

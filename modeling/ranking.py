@@ -31,6 +31,7 @@ from as2hub.modeling import backends
 from as2hub.modeling.backends import BACKENDS, LoadedModel, ScoringModel, check_runnable, normalize, torch_dtype
 from as2hub.modeling.cascade import cascade_order, cascade_scores
 from as2hub.modeling.first_token import first_token_last_layer
+from as2hub.modeling.folders import check_model_path
 from as2hub.modeling.segment_layout import SegmentLayout, pad_batch
 
 logger = logging.getLogger("as2hub.backends")
@@ -58,6 +59,7 @@ def load_scoring_model(path, auto_class, backend="torch", quantize=None, num_thr
     (``backend="onnx"``, :class:`~as2hub.modeling.onnx_backend.OnnxRankerModel`; a Hub id resolves to its download).
     The backend names are those of :mod:`as2hub.modeling.backends`; ``.backend`` is the one that runs (with
     ``"auto"``, the one it picked). Returns a :class:`~as2hub.modeling.backends.LoadedModel`."""
+    check_model_path(path)  # a wrong path: one clear error (modeling/folders.py), not transformers' traceback
     name, quantize = normalize(backend, quantize)
     if name == "auto":
         return _load_auto(path, auto_class, quantize, num_threads, trust_remote_code)
@@ -202,7 +204,8 @@ class Ranker:
         loaded = load_scoring_model(
             path, AutoModelForSequenceClassification, backend, quantize, num_threads, trust_remote_code
         )
-        return cls(loaded.model, AutoTokenizer.from_pretrained(loaded.folder), backend=loaded.backend, **kwargs)
+        tokenizer = AutoTokenizer.from_pretrained(loaded.folder, trust_remote_code=trust_remote_code)
+        return cls(loaded.model, tokenizer, backend=loaded.backend, **kwargs)
 
     def _tokens(self, texts: list[str]) -> list[list[int]]:
         unique = list(dict.fromkeys(texts))

@@ -1,11 +1,14 @@
 """Constants and small helpers shared by the tests (importable thanks to `pythonpath = ["tests"]` in pyproject)."""
 
+import contextlib
 import importlib.util
+import logging
 import os
 from pathlib import Path
 
 import pytest
 import torch
+import transformers
 from transformers import BertConfig, BertModel, ElectraConfig, ElectraModel, RobertaConfig, RobertaModel
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared"
@@ -72,3 +75,21 @@ def redraw_weights(model, std: float, seed: int) -> None:
                 parameter.normal_(0.0, std)
             elif "LayerNorm" not in name:
                 parameter.zero_()
+
+
+@contextlib.contextmanager
+def transformers_messages():
+    """The messages transformers logs inside the block at WARNING and above (its verbosity set to WARNING meanwhile),
+    whatever stream its own handler writes to (pytest's capture does not see that stream reliably)."""
+    messages = []
+    handler = logging.Handler(logging.WARNING)
+    handler.emit = lambda record: messages.append(record.getMessage())
+    library = transformers.logging.get_logger("transformers")
+    previous = transformers.logging.get_verbosity()
+    transformers.logging.set_verbosity_warning()
+    library.addHandler(handler)
+    try:
+        yield messages
+    finally:
+        library.removeHandler(handler)
+        transformers.logging.set_verbosity(previous)
