@@ -225,6 +225,21 @@ def remove_stale_checkpoints(checkpoints: list[Path], training_args=None) -> Non
         shutil.rmtree(path, ignore_errors=True)
 
 
+def remove_run_checkpoints(training_args) -> list[str]:
+    """With ``--remove_checkpoints``: delete the run's own ``checkpoint-*`` folders (a copy of the weights and the
+    optimizer, scheduler and RNG states) once its final model is saved, so that the output folder holds the model,
+    config, tokenizer, remote code, card and results only. Call it on the main process after saving. Returns the
+    names removed."""
+    if not getattr(training_args, "remove_checkpoints", False):
+        return []
+    checkpoints = _checkpoints(Path(training_args.output_dir))
+    for path in checkpoints:
+        shutil.rmtree(path)
+    if checkpoints:
+        logger.info("--remove_checkpoints: removed %s", ", ".join(path.name for path in checkpoints))
+    return [path.name for path in checkpoints]
+
+
 FIRST_TOKEN_ATTENTION_HELP = (
     "'own_slot' (as2hub): each candidate's first token, the one the heads read, attends only to its own slot and the "
     "question; 'all': full attention, as the paper (its joint models then need MSPP to tell the candidates apart). "
@@ -290,6 +305,15 @@ class AS2TrainingArguments(CPUFriendlyArguments, OverwriteArguments, TrainingArg
     # The collator reads token columns the model's forward does not name; Trainer must not drop them.
     remove_unused_columns: bool = field(default=False)
     max_grad_norm: float = field(default=1.0)
+    remove_checkpoints: bool = field(
+        default=False,
+        metadata={
+            "help": "Once the final model is saved, delete the run's checkpoint-* folders (each a copy of the weights "
+            "and the optimizer's state, about 3x the weights): the folder then holds only the model, config, "
+            "tokenizer, remote code, card and results. Default: kept, for --resume_from_checkpoint and their "
+            "trainer_state.json."
+        },
+    )
     warmup_steps: float | None = field(
         default=None,
         metadata={

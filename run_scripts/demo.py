@@ -122,6 +122,7 @@ def main(argv: list[str] | None = None) -> dict:
             "--per_device_train_batch_size", "32",
             "--max_length", "128",
             "--save_total_limit", "1",
+            "--remove_checkpoints",  # the ranker folder holds the ranker, not the optimizer's state
         ]
     )  # fmt: skip
 

@@ -48,6 +48,7 @@ from as2hub.run_scripts.arguments import (
     check_output_dir,
     load_config,
     parse_arguments,
+    remove_run_checkpoints,
     remove_stale_checkpoints,
     run_cli,
     setup_logging,
@@ -319,6 +320,7 @@ def main(argv: list[str] | None = None) -> dict:
             trainer.model, tokenizer, training_args.output_dir, model_args, data_args, results, training_args
         )
         write_json_atomic(f"{training_args.output_dir}/all_results.json", results)
+        remove_run_checkpoints(training_args)
         if export_args.export_onnx:
             from as2hub.modeling.onnx_backend import export_onnx
 

@@ -52,6 +52,7 @@ from as2hub.run_scripts.arguments import (
     check_slot_budget,
     first_token_attention_field,
     parse_arguments,
+    remove_run_checkpoints,
     remove_stale_checkpoints,
     run_cli,
     setup_logging,
@@ -260,6 +261,7 @@ def main(argv: list[str] | None = None) -> dict:
             batch=reference_batch(collator, as2),
         )
         write_json_atomic(f"{training_args.output_dir}/all_results.json", results)
+        remove_run_checkpoints(training_args)
         if push:
             push(training_args.output_dir)
     return results

@@ -3,9 +3,10 @@
 import json
 import subprocess
 import sys
+import warnings
 
 import pytest
-from helpers import WIKIQA_DIR, needs_wikiqa
+from helpers import WIKIQA_DIR, needs_wikiqa, transformers_messages
 from transformers import AutoModelForSequenceClassification
 
 from as2hub.data_collators import AS2DataError
@@ -84,13 +85,54 @@ def test_fine_tune_writes_a_hub_ready_folder_and_ranked_predictions(stock_checkp
 
 
 def test_pairwise_lora_saves_the_adapter_and_a_merged_model(stock_checkpoint, tmp_path):
-    run_as2.main(tiny_args(tmp_path, stock_checkpoint("roberta"), "--pairwise", "--use_lora", "--lora_r", "4"))
+    with transformers_messages() as messages:
+        run_as2.main(tiny_args(tmp_path, stock_checkpoint("roberta"), "--pairwise", "--use_lora", "--lora_r", "4"))
     out = tmp_path / "out"
     assert (out / "lora_adapter" / "adapter_config.json").exists()
+    # PEFT's save (each checkpoint, then lora_adapter/) no longer reads the stock base with as2hub's config class
+    # (issue 47: "You are using a model of type `roberta` to instantiate a model of type `contextual_roberta`")
+    assert list(out.glob("checkpoint-*/adapter_model.safetensors"))  # saved by PEFT, and kept by default
+    assert not [message for message in messages if "to instantiate a model of type" in message], messages
     config = json.loads((out / "config.json").read_text())
     assert config["contextual"] is False and config["type_vocab_size"] == 1  # RoBERTa's own design
     model = AutoModelForSequenceClassification.from_pretrained(out, trust_remote_code=True)
     assert not any("lora" in name for name, _ in model.named_parameters())
+
+
+# What a finished run's folder holds with --remove_checkpoints (issue 47: the demo's 16 MB ranker held a 12 MB
+# checkpoint-*): the model, config, tokenizer, remote code, card, run record and results.
+RANKER_FILES = {
+    "config.json",
+    "model.safetensors",
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "configuration_contextual_as2.py",
+    "modeling_contextual_as2.py",
+    "hub_common.py",
+    "README.md",
+    "as2hub_run.json",
+    "all_results.json",
+    "test_predictions.jsonl",
+}
+
+
+def test_remove_checkpoints_leaves_only_the_ranker(stock_checkpoint, tmp_path):
+    run_as2.main(tiny_args(tmp_path, stock_checkpoint("roberta"), "--remove_checkpoints"))
+    out = tmp_path / "out"
+    assert {path.name for path in out.iterdir()} == RANKER_FILES
+    model = AutoModelForSequenceClassification.from_pretrained(out, trust_remote_code=True)
+    assert model.config.contextual is True
+
+
+def test_cascade_heads_only_trains_without_torch_warnings(stock_checkpoint, tmp_path):
+    """training/cascade_heads.py summed the loss with float() on a tensor that requires grad: torch warned
+    "Converting a tensor with requires_grad=True to a scalar" at every step (issue 47)."""
+    args = tiny_args(tmp_path, stock_checkpoint("bert"), "--cascade_layers", "1", "--cascade_heads_only")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        results = run_as2.main(args)
+    assert results["train"]["epochs"] == 3  # the cheap step ran (tiny_args: 4 steps of 8 rows over 48)
+    assert not [w for w in caught if "requires_grad" in str(w.message)], [str(w.message) for w in caught]
 
 
 def test_bad_input_names_the_file_and_row_and_writes_nothing(stock_checkpoint, tmp_path):
@@ -126,7 +168,8 @@ def test_main_job_command_runs_on_the_embedded_default(tmp_path):
     # Expected load messages are summarised, not dumped; no pin_memory warning on a CPU.
     for noise in ("LOAD REPORT", "to instantiate a model of type", "pin_memory"):
         assert noise not in result.stderr, noise
-    assert (tmp_path / "demo" / "ranker" / "config.json").exists()
+    # The ranker folder holds the ranker: no checkpoint-* with the optimizer's state (issue 47).
+    assert {path.name for path in (tmp_path / "demo" / "ranker").iterdir()} == RANKER_FILES
 
 
 @pytest.mark.slow

@@ -91,7 +91,7 @@ def train_cascade_heads(model, collator, train_dataset, dev_dataset, dev_questio
             loss.backward()
             optimizer.step()
             schedule.step()
-            total, count = total + float(loss) * len(batch), count + len(batch)
+            total, count = total + loss.item() * len(batch), count + len(batch)
         epoch_losses.append(total / count)
         logger.info("cascade heads: epoch %d/%d, loss %.4f", epoch + 1, epochs, epoch_losses[-1])
     heads.eval()
