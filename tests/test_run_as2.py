@@ -7,6 +7,7 @@ import warnings
 
 import pytest
 from helpers import WIKIQA_DIR, needs_wikiqa, transformers_messages
+from sklearn.metrics import average_precision_score
 from transformers import AutoModelForSequenceClassification
 
 from as2hub.data_collators import AS2DataError
@@ -66,7 +67,12 @@ def test_fine_tune_writes_a_hub_ready_folder_and_ranked_predictions(stock_checkp
     results = run_as2.main(tiny_args(tmp_path, stock_checkpoint("bert")))
     out = tmp_path / "out"
     assert results["test"]["test_num_questions"] == 3
-    assert 0.0 < results["test"]["test_map"] <= 1.0
+    # The reported MAP is the mean average precision of the written rankings, by scikit-learn's implementation.
+    written = [json.loads(line) for line in (out / "test_predictions.jsonl").read_text().splitlines()]
+    ranked = [([c["label"] for c in line["ranking"]], [c["score"] for c in line["ranking"]]) for line in written]
+    assert all(0 < sum(labels) < len(labels) for labels, _ in ranked)  # every question has both kinds
+    expected = sum(average_precision_score(labels, scores) for labels, scores in ranked) / len(ranked)
+    assert results["test"]["test_map"] == pytest.approx(expected, abs=1e-9)
     saved = json.loads((out / "all_results.json").read_text())
     assert saved["test"]["test_map"] == pytest.approx(results["test"]["test_map"])
     config = json.loads((out / "config.json").read_text())
