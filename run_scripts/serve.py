@@ -8,7 +8,8 @@ Usage (``pip install "as2hub[serve]"``)::
     curl -s localhost:8000/rerank -H 'content-type: application/json' \\
         -d '{"query": "who wrote hamlet?", "texts": ["Hamlet is a tragedy.", "Shakespeare wrote it."]}'
 
-Endpoints (one FastAPI app, Ray Serve's ingress; every replica holds one ranker):
+Endpoints (one FastAPI app, Ray Serve's ingress, which holds no model; each of the ``--replicas`` scoring replicas
+holds one ranker):
 
 - ``POST /rerank`` (text-embeddings-inference): ``{"query", "texts", "raw_scores": false, "return_text": false,
   "contexts": null}`` -> ``[{"index", "score"(, "text")}]``, best first. ``raw_scores`` gives the logit of the
@@ -16,7 +17,8 @@ Endpoints (one FastAPI app, Ray Serve's ingress; every replica holds one ranker)
 - ``POST /v1/rerank`` (Cohere / Jina): ``{"query", "documents", "top_n": null, "return_documents": false,
   "contexts": null}`` -> ``{"model", "results": [{"index", "relevance_score"(, "document": {"text"})}]}``, best
   first; a document is a string or ``{"text": ..., "context": ...}``; ``model`` in the request is ignored.
-- ``GET /health`` -> 200 ``{"status": "ok"}`` once a replica has its model; ``GET /info``: what is served.
+- ``GET /health`` -> 200 ``{"status": "ok"}`` once the replicas have their model; ``GET /info``: what is served
+  (from one scoring replica) and what the ingress retried or refused (``ingress``).
 
 Contexts (contextual rankers, Di Liello et al. 2023): ``contexts`` is a list as long as ``texts`` / ``documents``,
 each item the text around that candidate in its document, or ``null`` for none (scored with an empty context, as
@@ -37,6 +39,13 @@ answer 422 (``Validation``, naming the field); more texts than ``--max_texts`` o
 scoring fails, alone or in a batch (the batch is then scored request by request), 500 (``Backend``). ``GET /info``
 also counts what the replica has batched (``batching``: requests, batches, the largest batch, split batches).
 
+Overload and failures: a scoring replica holds at most ``--max_ongoing_requests`` requests, and at most
+``--max_queued_requests`` more wait for a free replica (Ray Serve's own bounds); a request past both is answered at
+once, without queueing, ``--overload_status`` (429, as TEI; or 503) with ``Retry-After: --retry_after_s`` and
+``error_type`` ``Overloaded``. A request in flight on a scoring replica that dies is sent once more through Serve's
+handle, to another replica (scoring is idempotent); if none can take it, 503 (``Unavailable``) with ``Retry-After``.
+Both are logged on ``as2hub.serve`` and counted by ``GET /info`` (``ingress``).
+
 The same command serves on a Ray cluster of several machines: ``--address auto`` on a node of a running cluster
 (``ray start --head`` / ``ray start --address HEAD:6379``), every node with ``as2hub[serve]`` installed and the folder
 at the same path; replicas go to any node with free CPUs (``--threads`` CPUs each). See run_scripts/SERVING.md.
@@ -53,7 +62,16 @@ from dataclasses import asdict
 from pathlib import Path
 
 from as2hub.run_scripts.arguments import ArgumentError, run_cli
-from as2hub.serving.options import DEFAULT_MAX_REQUEST_BYTES, DEFAULT_MAX_TEXTS, ServeConfig
+from as2hub.serving.options import (
+    DEFAULT_MAX_ONGOING_REQUESTS,
+    DEFAULT_MAX_QUEUED_REQUESTS,
+    DEFAULT_MAX_REQUEST_BYTES,
+    DEFAULT_MAX_TEXTS,
+    DEFAULT_OVERLOAD_STATUS,
+    DEFAULT_RETRY_AFTER_S,
+    OVERLOAD_STATUSES,
+    ServeConfig,
+)
 from as2hub.serving.scorer import Query, Ranked, RerankScorer, is_joint_folder, raw_score
 
 logger = logging.getLogger("as2hub.serve")
@@ -79,9 +97,24 @@ def check_folders(config: ServeConfig) -> None:
             raise ArgumentError(f"--pairwise is the first stage of a cascade: {config.model} is not a joint model")
         if is_joint_folder(config.pairwise):
             raise ArgumentError(f"--pairwise {config.pairwise} is a joint model: pass a pairwise (run_as2) ranker")
-    for name in ("max_texts", "max_batch_size", "max_length", "batch_size", "max_request_bytes"):
+    for name in (
+        "max_texts",
+        "max_batch_size",
+        "max_length",
+        "batch_size",
+        "max_request_bytes",
+        "max_ongoing_requests",
+    ):
         if getattr(config, name) is not None and getattr(config, name) < 1:
             raise ArgumentError(f"--{name} must be at least 1, got {getattr(config, name)}")
+    if config.max_queued_requests < 1 and config.max_queued_requests != -1:
+        raise ArgumentError(
+            f"--max_queued_requests must be at least 1, or -1 (no limit), got {config.max_queued_requests}"
+        )
+    if config.overload_status not in OVERLOAD_STATUSES:
+        raise ArgumentError(f"--overload_status must be 429 or 503, got {config.overload_status}")
+    if not 0 <= config.retry_after_s < float("inf"):
+        raise ArgumentError(f"--retry_after_s must be a number of seconds >= 0, got {config.retry_after_s}")
     if config.cascade_drop is not None and Path(config.model, "config.json").is_file():
         if not json.loads(Path(config.model, "config.json").read_text()).get("cascade_layers"):
             raise ArgumentError(
@@ -100,20 +133,13 @@ def require_serve():
 
 
 def build_app(config: ServeConfig, replicas: int = 1):
-    """The Serve application for ``serve.run``: ``replicas`` replicas of one ranker, ``config.threads`` CPUs each."""
+    """The Serve application for ``serve.run``: ``replicas`` scoring replicas of one ranker, ``config.threads`` CPUs
+    each, behind one ingress (:func:`as2hub.serving.http.application`)."""
     require_serve()
-    from as2hub.serving.http import Reranker
+    from as2hub.serving.http import application
 
     threads = config.threads or max(1, (os.cpu_count() or 1) // max(1, replicas))
-    config = ServeConfig(**{**asdict(config), "threads": threads})
-    deployment = Reranker.options(
-        num_replicas=replicas,
-        ray_actor_options={"num_cpus": threads},
-        max_ongoing_requests=max(2 * config.max_batch_size, 8),
-        health_check_period_s=5,
-        health_check_timeout_s=30,
-    )
-    return deployment.bind(asdict(config))
+    return application(ServeConfig(**{**asdict(config), "threads": threads}), replicas)
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -153,6 +179,33 @@ def parse_args(argv=None):
         "with --cascade_layers); a request's own cascade_drop wins; default: the full model",
     )
     parser.add_argument(
+        "--max_ongoing_requests",
+        type=int,
+        default=DEFAULT_MAX_ONGOING_REQUESTS,
+        help="requests one scoring replica holds at once (batched together); default %(default)s, measured in "
+        "run_scripts/SERVING.md",
+    )
+    parser.add_argument(
+        "--max_queued_requests",
+        type=int,
+        default=DEFAULT_MAX_QUEUED_REQUESTS,
+        help="requests waiting for a free replica; past them --overload_status with Retry-After at once; -1: no limit; "
+        "default %(default)s, measured in run_scripts/SERVING.md",
+    )
+    parser.add_argument(
+        "--overload_status",
+        type=int,
+        default=DEFAULT_OVERLOAD_STATUS,
+        choices=OVERLOAD_STATUSES,
+        help="the answer past the queue (429: text-embeddings-inference's; 503)",
+    )
+    parser.add_argument(
+        "--retry_after_s",
+        type=float,
+        default=DEFAULT_RETRY_AFTER_S,
+        help="the Retry-After of a 429 / 503, rounded up to whole seconds",
+    )
+    parser.add_argument(
         "--address", default=None, help="a running Ray cluster (auto, or HOST:6379); default: a local one"
     )
     args = parser.parse_args(argv)
@@ -178,6 +231,10 @@ def config_from_args(args) -> ServeConfig:
         batch_wait_ms=args.batch_wait_ms,
         max_request_bytes=args.max_request_bytes,
         cascade_drop=args.cascade_drop,
+        max_ongoing_requests=args.max_ongoing_requests,
+        max_queued_requests=args.max_queued_requests,
+        overload_status=args.overload_status,
+        retry_after_s=args.retry_after_s,
     )
 
 

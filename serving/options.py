@@ -5,6 +5,14 @@ from dataclasses import dataclass
 
 DEFAULT_MAX_TEXTS = 1000
 DEFAULT_MAX_REQUEST_BYTES = 2_000_000  # text-embeddings-inference's default --payload-limit
+# Admission (run_scripts/SERVING.md, "Overload and failures", for how they were measured): requests a scoring replica
+# holds at once (its @serve.batch takes them together), and requests waiting for a free slot on any replica; past
+# both, a request is answered OVERLOAD_STATUS with Retry-After at once.
+DEFAULT_MAX_ONGOING_REQUESTS = 32  # a full @serve.batch (--max_batch_size 32): the best throughput measured
+DEFAULT_MAX_QUEUED_REQUESTS = 32  # with one of two replicas dead, 32 clients still wait rather than being refused
+DEFAULT_RETRY_AFTER_S = 1.0
+OVERLOAD_STATUSES = (429, 503)  # Ray Serve's BackpressureConfig takes these two
+DEFAULT_OVERLOAD_STATUS = 429  # text-embeddings-inference's answer past --max-concurrent-requests
 
 
 @dataclass
@@ -56,6 +64,10 @@ class ServeConfig(RankerOptions):
     max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES  # larger request bodies answer 413
     # the layer cascade's drop for requests that do not say (None: the full model); needs a model with cascade heads
     cascade_drop: float | None = None
+    max_ongoing_requests: int = DEFAULT_MAX_ONGOING_REQUESTS  # per scoring replica
+    max_queued_requests: int = DEFAULT_MAX_QUEUED_REQUESTS  # waiting for any replica; -1: no limit
+    retry_after_s: float = DEFAULT_RETRY_AFTER_S  # the Retry-After of a 429 / 503 (rounded up to whole seconds)
+    overload_status: int = DEFAULT_OVERLOAD_STATUS  # past the queue: 429 or 503
 
 
 @dataclass

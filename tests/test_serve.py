@@ -1,5 +1,6 @@
 """as2hub-serve: Ray Serve reranking over loopback. Both request shapes give Ranker's (JointRanker's) scores, bad input
-answers 4xx and the service keeps answering, a replica killed mid-request fails cleanly and the service recovers.
+answers 4xx and the service keeps answering, overload is refused at once with 429 and Retry-After, a request whose
+scoring replica is killed is sent once more (never a 500), and a pair's score does not depend on the traffic.
 
 The in-process tests (RerankScorer: batching requests together gives each request's own scores) need no Ray; the
 loopback tests start one local Ray instance with Serve for the module (about 30 s on 2 cores) and stop it at the end.
@@ -8,6 +9,7 @@ loopback tests start one local Ray instance with Serve for the module (about 30 
 import importlib.util
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -222,10 +224,17 @@ def wait_healthy(url: str, timeout: float, process=None) -> None:
     raise AssertionError(f"{url}/health did not answer 200 within {timeout} s")
 
 
+# /faults: two scoring replicas holding 2 requests each, 2 more queued: 6 requests in the service, the 7th refused
+FAULTS = {"threads": 1, "max_ongoing_requests": 2, "max_queued_requests": 2, "retry_after_s": 2.0,
+          "batch_wait_ms": BATCH_WAIT_MS, "max_texts": 2000}  # fmt: skip
+FAULTS_CAPACITY = 2 * 2 + 2
+
+
 @pytest.fixture(scope="module")
 def service(folders):
-    """One local Ray + Serve for the module: /ctx (contextual, one replica), /cascade (joint + pairwise) and /fragile
-    (pairwise, scoring fails on a long text; the default request-body limit)."""
+    """One local Ray + Serve for the module: /ctx (contextual, one scoring replica), /cascade (joint + pairwise),
+    /fragile (pairwise, scoring fails on a long text; the default request-body limit) and /faults (pairwise, two
+    scoring replicas, small admission bounds: :data:`FAULTS`)."""
     if not HAS_SERVE:
         pytest.skip('the serve extra is not installed: pip install "as2hub[serve]"')
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
@@ -235,19 +244,20 @@ def service(folders):
 
     from as2hub.run_scripts.serve import build_app
 
-    ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False)
+    ray.init(num_cpus=6, include_dashboard=False, log_to_driver=False)
     try:
         port = free_port()
         serve.start(http_options={"host": "127.0.0.1", "port": port})
         limits = {"max_texts": 2000, "threads": 1}
-        ctx = config(folders, "contextual", batch_wait_ms=BATCH_WAIT_MS, max_request_bytes=16_000_000, **limits)
-        serve.run(build_app(ctx), name="ctx", route_prefix="/ctx", blocking=False)
+        ctx = config(folders, "contextual", batch_wait_ms=BATCH_WAIT_MS, max_request_bytes=16_000_000,
+                     max_queued_requests=100, **limits)  # fmt: skip
         cascade = config(folders, "joint", pairwise="pairwise", **limits)
-        serve.run(build_app(cascade), name="cascade", route_prefix="/cascade", blocking=False)
         # a real scoring failure: max_length beyond the model's 136 positions, so a text longer than that breaks the
         # forward pass (short texts score); and the default request-body limit
         fragile = ServeConfig(model=str(folders["pairwise"]), max_length=512, threads=1, batch_wait_ms=BATCH_WAIT_MS)
-        serve.run(build_app(fragile), name="fragile", route_prefix="/fragile", blocking=False)
+        apps = {"ctx": build_app(ctx), "cascade": build_app(cascade), "fragile": build_app(fragile),
+                "faults": build_app(config(folders, "pairwise", **FAULTS), replicas=2)}  # fmt: skip
+        serve.run_many([serve.RunTarget(app, name=name, route_prefix=f"/{name}") for name, app in apps.items()])
         yield f"http://127.0.0.1:{port}"
     finally:
         serve.shutdown()
@@ -255,8 +265,8 @@ def service(folders):
 
 
 class Answer:
-    def __init__(self, status_code: int, text: str):
-        self.status_code, self.text = status_code, text
+    def __init__(self, status_code: int, text: str, headers=None, seconds: float = 0.0):
+        self.status_code, self.text, self.headers, self.seconds = status_code, text, headers or {}, seconds
 
     def json(self):
         return json.loads(self.text)
@@ -265,11 +275,12 @@ class Answer:
 def request(url, data: bytes | None = None, timeout=30) -> Answer:
     """A loopback HTTP call with the standard library (no client dependency); an HTTP error is an answer too."""
     headers = {"content-type": "application/json"} if data is not None else {}
+    started = time.monotonic()
     try:
         with urllib.request.urlopen(urllib.request.Request(url, data=data, headers=headers), timeout=timeout) as r:
-            return Answer(r.status, r.read().decode())
+            return Answer(r.status, r.read().decode(), r.headers, time.monotonic() - started)
     except urllib.error.HTTPError as error:
-        return Answer(error.code, error.read().decode())
+        return Answer(error.code, error.read().decode(), error.headers, time.monotonic() - started)
 
 
 def post(url, payload=None, content=None, timeout=30) -> Answer:
@@ -315,6 +326,8 @@ def test_a_cascade_drop_over_http_ranks_as_the_rankers_cascade(service, folders)
                  "Validation", "cascade_drop")  # fmt: skip
 
 
+@needs_serve
+@pytest.mark.slow
 def test_both_request_shapes_give_ranker_scores(service, folders):
     ranker = Ranker.from_pretrained(folders["contextual"], max_length=MAX_LENGTH)
     expected = ranker.rank(QUESTION, TEXTS, [c or "" for c in CONTEXTS])
@@ -356,14 +369,14 @@ def test_the_cascade_over_http_equals_joint_ranker(service, folders):
     assert_error(refused, 422, "Validation", "not contextual")
 
 
-@needs_serve
-@pytest.mark.slow
 def concurrently(calls) -> list:
     """Run the ``calls`` (functions of no argument) at once, one thread each; their results in order."""
     with ThreadPoolExecutor(max_workers=len(calls)) as pool:
         return list(pool.map(lambda call: call(), calls, timeout=120))
 
 
+@needs_serve
+@pytest.mark.slow
 def test_concurrent_clients_are_batched_and_each_gets_its_own_answer(service, folders):
     ranker = Ranker.from_pretrained(folders["contextual"], max_length=MAX_LENGTH)
     questions = [f"{QUESTION} ({i})" if i % 2 else OTHER[0] for i in range(24)]
@@ -453,9 +466,48 @@ def test_bad_input_answers_4xx_with_a_message_and_the_service_keeps_answering(se
     assert answer.status_code == 200 and len(answer.json()) == 2
 
 
+def assert_unavailable(answer: Answer, status: int, error_type: str, retry_after: str, message: str) -> None:
+    """The documented answer of a request the service cannot take now: the JSON error and ``Retry-After``."""
+    assert_error(answer, status, error_type, message)
+    assert answer.headers.get("Retry-After") == retry_after, dict(answer.headers)
+
+
+def ingress_counts(url: str) -> dict:
+    """What the ingress has retried: {"retried", "recovered", "unavailable", "overloaded"}."""
+    return request(f"{url}/info").json()["ingress"]
+
+
+def scoring_replicas(app: str) -> list[dict]:
+    import ray
+
+    prefix = f"SERVE_REPLICA::{app}#Scorer#"
+    return [a for a in ray.util.list_named_actors(all_namespaces=True) if a["name"].startswith(prefix)]
+
+
+def scoring_replica_pids(app: str) -> list[int]:
+    """The scoring replicas' processes: Ray titles them ``ray::ServeReplica:<app>:Scorer``."""
+    import psutil
+
+    title = f"ray::ServeReplica:{app}:Scorer"
+    return [p.pid for p in psutil.process_iter(["cmdline"]) if " ".join(p.info["cmdline"] or []).startswith(title)]
+
+
+def wait_for_scoring_replicas(app: str, count: int, timeout: float = 120) -> None:
+    from ray import serve
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if len(scoring_replica_pids(app)) == count and serve.status().applications[app].status == "RUNNING":
+            return
+        time.sleep(0.5)
+    raise AssertionError(f"{app}: {count} scoring replicas did not run again within {timeout} s")
+
+
 @needs_serve
 @pytest.mark.slow
-def test_a_replica_killed_mid_request_fails_cleanly_and_the_service_recovers(service, folders):
+def test_a_replica_killed_mid_request_is_retried_and_the_service_recovers(service, folders):
+    """/ctx has one scoring replica: the request in flight when it is killed is sent once more, and waits for the
+    replica Serve starts in its place (or, had none come, would answer 503 with Retry-After): never a 500."""
     import ray
 
     url = f"{service}/ctx/rerank"
@@ -464,10 +516,9 @@ def test_a_replica_killed_mid_request_fails_cleanly_and_the_service_recovers(ser
     baseline = post(url, big, timeout=120)
     took = time.monotonic() - started
     assert baseline.status_code == 200
-    replicas = [
-        a for a in ray.util.list_named_actors(all_namespaces=True) if a["name"].startswith("SERVE_REPLICA::ctx#")
-    ]
+    replicas = scoring_replicas("ctx")
     assert len(replicas) == 1, replicas
+    before = ingress_counts(f"{service}/ctx")
     outcome = {}
 
     def client():
@@ -486,10 +537,14 @@ def test_a_replica_killed_mid_request_fails_cleanly_and_the_service_recovers(ser
     assert in_flight, f"the request ended before the kill (took {took:.2f} s alone): make it bigger"
     assert "error" not in outcome, f"no HTTP answer: {outcome.get('error')!r}"
     answer = outcome["answer"]
-    print(f"alone {took:.2f} s; killed mid-request -> {answer.status_code} {answer.text[:200]!r}")
-    assert answer.status_code in (200, 500), answer.text  # 500: Serve's proxy answers for the dead replica
-    if answer.status_code == 200:  # retried on the new replica
+    after = ingress_counts(f"{service}/ctx")
+    print(f"alone {took:.2f} s; killed mid-request -> {answer.status_code} {answer.text[:200]!r}; {before} -> {after}")
+    assert after["retried"] == before["retried"] + 1, (before, after)
+    if answer.status_code == 200:  # the retry, on the replica Serve started in place of the dead one
         assert answer.json() == baseline.json()
+        assert after["recovered"] == before["recovered"] + 1, (before, after)
+    else:
+        assert_unavailable(answer, 503, "Unavailable", "1", "no scoring replica")
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
         again = post(url, {"query": QUESTION, "texts": TEXTS})
@@ -559,3 +614,145 @@ def test_a_request_body_over_the_limit_answers_413(service):
     assert at_limit.status_code == 200 and len(at_limit.json()) == 2, at_limit.text[:300]
     assert post(url, {"query": QUESTION, "texts": TEXTS}).status_code == 200  # and the service keeps answering
     assert request(f"{service}/fragile/info").json()["max_request_bytes"] == limit
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Overload and failures: bounded admission, a dead replica's requests retried, scores independent of the traffic
+
+
+def test_the_admission_flags_reach_ray_serves_own_bounds():
+    """``--max_ongoing_requests`` / ``--max_queued_requests`` / ``--overload_status`` / ``--retry_after_s`` are the
+    scoring deployment's ``max_ongoing_requests``, ``max_queued_requests`` and ``BackpressureConfig``; the ingress
+    (no model, no CPU) admits far more, so that what is past the bounds is answered by it, not queued by the proxy."""
+    pytest.importorskip("ray.serve")
+    from as2hub.run_scripts.serve import ArgumentError, build_app, config_from_args, parse_args
+
+    args = parse_args(["m", "--replicas", "3", "--threads", "1", "--max_ongoing_requests", "5",
+                       "--max_queued_requests", "7", "--overload_status", "503", "--retry_after_s", "2.5"])  # fmt: skip
+    ingress = build_app(config_from_args(args), args.replicas)._bound_deployment
+    scorer = ingress.init_args[1]._bound_deployment
+    assert (scorer.name, scorer.num_replicas, scorer.ray_actor_options) == ("Scorer", 3, {"num_cpus": 1})
+    assert (scorer.max_ongoing_requests, scorer.max_queued_requests) == (5, 7)
+    assert (scorer.backpressure_config.status_code, scorer.backpressure_config.retry_after_s) == (503, 2.5)
+    assert (ingress.name, ingress.num_replicas, ingress.ray_actor_options) == ("Reranker", 1, {"num_cpus": 0})
+    assert ingress.max_ongoing_requests == 1000 and ingress.max_queued_requests == 1000
+    defaults = config_from_args(parse_args(["m"]))
+    assert (defaults.max_ongoing_requests, defaults.max_queued_requests, defaults.overload_status) == (32, 32, 429)
+    with pytest.raises(SystemExit):  # argparse: 429 or 503 only
+        parse_args(["m", "--overload_status", "500"])
+    for flag, value, message in [("max_queued_requests", 0, "or -1 (no limit)"), ("max_ongoing_requests", 0, "at least 1"),
+                                 ("retry_after_s", -1.0, ">= 0")]:  # fmt: skip
+        with pytest.raises(ArgumentError, match=re.escape(message)):
+            check_folders(ServeConfig(model="org/name", **{flag: value}))
+    check_folders(ServeConfig(model="org/name", max_queued_requests=-1))
+
+
+def slow_request(size: int = 600) -> dict:
+    """A /faults request that keeps its replica busy for a while (texts of about MAX_LENGTH tokens) in a small body."""
+    return {"query": QUESTION, "texts": [f"{i} " + "generators yield values lazily " * 12 for i in range(size)]}
+
+
+@needs_serve
+@pytest.mark.slow
+def test_overload_is_answered_at_once_with_429_and_retry_after(service, folders):
+    """/faults holds FAULTS_CAPACITY (6) requests: 2 per replica, 2 queued. 6 slow requests fill it; 10 more sent
+    while those are scored are refused with 429, Retry-After 2 and the JSON error, each before any of the 6 is
+    answered; the 6 get their scores; and the service answers again once they are done. (The 10 come after the 6:
+    Ray Serve counts the queue when a request arrives, so requests arriving in the same instant can all pass it.)"""
+    url = f"{service}/faults/rerank"
+    alone = post(url, slow_request(), timeout=120)
+    assert alone.status_code == 200 and alone.seconds > 0.5, f"{alone.seconds:.2f} s: make slow_request bigger"
+    before = ingress_counts(f"{service}/faults")
+    body = json.dumps(slow_request()).encode()
+    with ThreadPoolExecutor(max_workers=16) as pool:
+        filling = [pool.submit(post, url, None, body, 120) for _ in range(FAULTS_CAPACITY)]
+        time.sleep(0.5)
+        assert not any(f.done() for f in filling), "the first requests were answered before the others came"
+        past = [pool.submit(post, url, None, body, 120) for _ in range(10)]
+        scored, refused = [f.result() for f in filling], [f.result() for f in past]
+    print(f"alone {alone.seconds:.2f} s; 10 refused in {max(a.seconds for a in refused):.3f} s at most, the "
+          f"{FAULTS_CAPACITY} in the service scored in {min(a.seconds for a in scored):.2f} s at least")  # fmt: skip
+    assert [a.status_code for a in scored] == [200] * FAULTS_CAPACITY, [a.text[:200] for a in scored]
+    assert all(a.json() == alone.json() for a in scored)
+    for answer in refused:
+        assert_unavailable(answer, 429, "Overloaded", "2", "overloaded: Request dropped due to backpressure")
+    assert max(a.seconds for a in refused) < min(a.seconds for a in scored) - 0.5  # refused, not queued then refused
+    after = ingress_counts(f"{service}/faults")
+    assert after["overloaded"] - before["overloaded"] == 10 and after["retried"] == before["retried"]
+    assert post(url, {"query": QUESTION, "texts": TEXTS}).status_code == 200
+
+
+@needs_serve
+@pytest.mark.slow
+def test_a_replica_killed_under_load_loses_no_request(service, folders):
+    """3 clients keep /faults's two scoring replicas busy; one replica is killed (SIGKILL, as ``kill -9``) with
+    requests in flight. Those are sent once more, to the other replica, whose bounds (2 + 2 queued) hold every
+    client's request: every request is answered 200 with its scores, none 500, and the ingress counts the retries."""
+    url = f"{service}/faults/rerank"
+    expected = post(url, slow_request(200), timeout=120)
+    assert expected.status_code == 200
+    pids = scoring_replica_pids("faults")
+    assert len(pids) == 2, pids
+    before = ingress_counts(f"{service}/faults")
+    killed_at = {}
+    answers: list[Answer] = []
+
+    def client():
+        while "t" not in killed_at or time.monotonic() < killed_at["t"] + 3.0:
+            answers.append(post(url, slow_request(200), timeout=120))
+
+    threads = [threading.Thread(target=client) for _ in range(3)]
+    for thread in threads:
+        thread.start()
+    time.sleep(2.0)
+    os.kill(pids[0], signal.SIGKILL)
+    killed_at["t"] = time.monotonic()
+    for thread in threads:
+        thread.join(150)
+    assert not any(thread.is_alive() for thread in threads), "a client did not finish within 150 s"
+    after = ingress_counts(f"{service}/faults")
+    statuses = [a.status_code for a in answers]
+    print(f"{len(answers)} requests: {sorted(statuses)}; ingress {before} -> {after}")
+    assert after["retried"] > before["retried"], "the kill hit no request in flight: make slow_request bigger"
+    assert statuses == [200] * len(answers), [a.text[:200] for a in answers if a.status_code != 200]
+    assert all(a.json() == expected.json() for a in answers)
+    assert after["recovered"] - before["recovered"] == after["retried"] - before["retried"]
+    assert after["unavailable"] == before["unavailable"]
+    wait_for_scoring_replicas("faults", 2)  # Serve has started a replica in place of the dead one
+
+
+@needs_serve
+@pytest.mark.slow
+def test_a_pairs_score_does_not_depend_on_the_traffic_around_it(service, folders):
+    """One (question, candidate, context) pair sent inside 24 concurrent requests of 1 to 12 texts, at every position,
+    among 24 other clients' requests: @serve.batch puts them in batches of several requests, and every answer gives
+    the pair the score it gets alone in process, within 1e-5 (``as2hub-score``'s bound across batch sizes: on this
+    tiny model the torch backend's score of one pair moves by up to 4.6e-6 with the composition of its batch in
+    process too, and by 5.2e-6 over HTTP, measured 2026-11-28), while every other text's score is more than 1e-3 away from it (a score read
+    from the wrong row would show)."""
+    ranker = Ranker.from_pretrained(folders["contextual"], max_length=MAX_LENGTH)
+    alone = ranker.score_pairs([QUESTION], [TEXTS[0]], [CONTEXTS[0]]).item()
+    others = [(t, c or "") for t, c in zip(TEXTS[1:] + OTHER[1], CONTEXTS[1:] + [None] * len(OTHER[1]))]
+    scores_of_others = ranker.score_pairs([QUESTION] * len(others), *map(list, zip(*others))).tolist()
+    assert min(abs(score - alone) for score in scores_of_others) > 1e-3, (alone, scores_of_others)
+    calls, where = [], []
+    for i in range(24):
+        size = 1 + i % 12
+        texts = [others[(i + j) % len(others)] for j in range(size - 1)]
+        at = i % size
+        texts.insert(at, (TEXTS[0], CONTEXTS[0]))
+        payload = {"query": QUESTION, "texts": [t for t, _ in texts], "contexts": [c for _, c in texts]}
+        calls.append(lambda payload=payload: post(f"{service}/ctx/rerank", payload, timeout=120))
+        where.append(at)
+        other = {"query": f"{OTHER[0]} {i}", "texts": TEXTS}
+        calls.append(lambda other=other: post(f"{service}/ctx/rerank", other, timeout=120))
+    before = request(f"{service}/ctx/info").json()["batching"]
+    answers = concurrently(calls)
+    after = request(f"{service}/ctx/info").json()["batching"]
+    assert all(a.status_code == 200 for a in answers), [a.text[:200] for a in answers if a.status_code != 200]
+    scores = [next(r["score"] for r in answer.json() if r["index"] == at) for answer, at in zip(answers[::2], where)]
+    requests, batches = after["requests"] - before["requests"], after["batches"] - before["batches"]
+    print(f"{requests} requests in {batches} batches; the pair's scores spread over {max(scores) - min(scores):.1e}, "
+          f"at most {max(abs(s - alone) for s in scores):.1e} from its score alone")  # fmt: skip
+    assert requests == len(calls) and batches < requests  # batched together
+    assert scores == pytest.approx([alone] * len(scores), abs=1e-5)
