@@ -27,6 +27,26 @@ def test_every_model_family_has_a_card_entry_and_is_in_the_layer_contract(family
     assert f'"as2hub.modeling.{family}"' in packages
 
 
+# The shared files of the remote-code folders: one source each, a symlink in every other folder that uses it.
+SHARED = {"hub_common.py": "contextual_as2", "pretraining_heads.py": "ssp_pretraining"}
+
+
+def test_every_shared_remote_code_file_is_a_link_to_its_one_source():
+    uses = {}
+    for family in sorted(FAMILIES):
+        for name, source in SHARED.items():
+            path = ROOT / "modeling" / family / name
+            if family == source:
+                assert path.is_file() and not path.is_symlink(), path
+            elif path.exists() or path.is_symlink():
+                assert path.is_symlink() and path.resolve() == (ROOT / "modeling" / source / name).resolve(), path
+                uses.setdefault(name, []).append(family)
+    assert uses == {
+        "hub_common.py": ["joint_multicandidate", "longformer_qe", "ssp_pretraining"],
+        "pretraining_heads.py": ["joint_multicandidate"],
+    }
+
+
 def _engines_loaded() -> set[str]:
     """The engines ``ranking._load`` builds: the string constants it compares ``engine`` with (``else``: torch)."""
     tree = ast.parse(Path(ranking.__file__).read_text())
