@@ -133,7 +133,7 @@ Or the model itself (`AutoModel` works too):
 ```python
 from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
-tokenizer = AutoTokenizer.from_pretrained("{model_id}")
+tokenizer = AutoTokenizer.from_pretrained("{model_id}", trust_remote_code=True)
 model = AutoModelForSequenceClassification.from_pretrained("{model_id}", trust_remote_code=True)
 batch = tokenizer(["Who wrote Hamlet?"], ["Hamlet was written by William Shakespeare."], return_tensors="pt")
 model(**batch).logits.sigmoid()  # probability of "correct"
@@ -173,7 +173,7 @@ config = AutoConfig.from_pretrained("{model_id}", trust_remote_code=True)
 model_class = get_class_from_dynamic_module(config.auto_map["AutoModelForSequenceClassification"], "{model_id}")
 base = model_class.from_pretrained("{base}", config=config, ignore_mismatched_sizes=True)  # head: from the adapter
 model = PeftModel.from_pretrained(base, "{model_id}").eval()
-tokenizer = AutoTokenizer.from_pretrained("{model_id}")
+tokenizer = AutoTokenizer.from_pretrained("{model_id}", trust_remote_code=True)
 ranker = pipeline("text-classification", model=model, tokenizer=tokenizer)
 ranker({{"text": "Who wrote Hamlet?", "text_pair": "Hamlet was written by William Shakespeare."}})
 ```
@@ -345,7 +345,7 @@ read its sentence-level score for a pair (the first output, `cls_logits`):
 from transformers import AutoModelForPreTraining, AutoTokenizer, pipeline
 
 model = AutoModelForPreTraining.from_pretrained("{model_id}", trust_remote_code=True)
-tokenizer = AutoTokenizer.from_pretrained("{model_id}")
+tokenizer = AutoTokenizer.from_pretrained("{model_id}", trust_remote_code=True)
 out = model(**tokenizer("A first sentence.", "A second sentence.", return_tensors="pt"))
 out.cls_logits  # > 0: the two spans look like they come from the same paragraph
 
@@ -711,7 +711,7 @@ The input marks the question, titles and sentences with the marker tokens of the
 ```python
 from transformers import AutoModelForQuestionAnswering, AutoTokenizer
 
-tokenizer = AutoTokenizer.from_pretrained("{model_id}")
+tokenizer = AutoTokenizer.from_pretrained("{model_id}", trust_remote_code=True)
 model = AutoModelForQuestionAnswering.from_pretrained("{model_id}", trust_remote_code=True)
 text = "[q] Which city has the tower? [/q] <doc-s> <t> Paris </t> <sent> The tower is in Paris. </sent> </doc-s>"
 out = model(**tokenizer(text, return_tensors="pt"))

@@ -140,7 +140,7 @@ def check_component(component: dict) -> tuple[list[str], float]:
         for key in ("missing_keys", "unexpected_keys", "mismatched_keys"):
             if info.get(key):
                 problems.append(f"loading {folder} reports {key.replace('_', ' ')}: {sorted(info[key])[:8]}")
-    tokenizer = transformers.AutoTokenizer.from_pretrained(folder)
+    tokenizer = transformers.AutoTokenizer.from_pretrained(folder, trust_remote_code=remote)
     reference = component["reference"]
     inputs = tokenize(tokenizer, reference["inputs"])
     with torch.no_grad():

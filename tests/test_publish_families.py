@@ -60,9 +60,18 @@ CARD_SNIPPETS = BLOCK_AS2HUB + textwrap.dedent(
 def run_card_snippets(readme) -> int:
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
     result = subprocess.run(
-        [sys.executable, "-c", CARD_SNIPPETS, str(readme)], capture_output=True, text=True, timeout=600, env=env
+        [sys.executable, "-c", CARD_SNIPPETS, str(readme)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=env,
+        stdin=subprocess.DEVNULL,
     )
     assert result.returncode == 0, result.stderr[-4000:]
+    # No trust_remote_code prompt and no config read with the wrong class (issue 47: a card's tokenizer line stopped
+    # at "Do you wish to run the custom code? [y/N]" in a terminal, after "... to instantiate a model of type ``").
+    for noise in ("Do you wish to run the custom code", "to instantiate a model of type"):
+        assert noise not in result.stdout + result.stderr, (result.stdout + result.stderr)[-4000:]
     return int(result.stdout.rsplit("SNIPPETS", 1)[1])
 
 
