@@ -647,6 +647,14 @@ def test_the_admission_flags_reach_ray_serves_own_bounds():
     check_folders(ServeConfig(model="org/name", max_queued_requests=-1))
 
 
+def assert_same_scores(answer: Answer, reference: Answer) -> None:
+    """The same score for every text as the reference answer, within 1e-5 (a batch's composition moves the torch
+    backend's scores by a few 1e-6 on these tiny models: see the last test); texts this alike may swap ranks."""
+    got, expected = ({r["index"]: r["score"] for r in a.json()} for a in (answer, reference))
+    assert got.keys() == expected.keys()
+    assert [got[i] for i in sorted(got)] == pytest.approx([expected[i] for i in sorted(got)], abs=1e-5)
+
+
 def slow_request(size: int = 600) -> dict:
     """A /faults request that keeps its replica busy for a while (texts of about MAX_LENGTH tokens) in a small body."""
     return {"query": QUESTION, "texts": [f"{i} " + "generators yield values lazily " * 12 for i in range(size)]}
@@ -673,7 +681,8 @@ def test_overload_is_answered_at_once_with_429_and_retry_after(service, folders)
     print(f"alone {alone.seconds:.2f} s; 10 refused in {max(a.seconds for a in refused):.3f} s at most, the "
           f"{FAULTS_CAPACITY} in the service scored in {min(a.seconds for a in scored):.2f} s at least")  # fmt: skip
     assert [a.status_code for a in scored] == [200] * FAULTS_CAPACITY, [a.text[:200] for a in scored]
-    assert all(a.json() == alone.json() for a in scored)
+    for answer in scored:
+        assert_same_scores(answer, alone)
     for answer in refused:
         assert_unavailable(answer, 429, "Overloaded", "2", "overloaded: Request dropped due to backpressure")
     assert max(a.seconds for a in refused) < min(a.seconds for a in scored) - 0.5  # refused, not queued then refused
@@ -715,7 +724,8 @@ def test_a_replica_killed_under_load_loses_no_request(service, folders):
     print(f"{len(answers)} requests: {sorted(statuses)}; ingress {before} -> {after}")
     assert after["retried"] > before["retried"], "the kill hit no request in flight: make slow_request bigger"
     assert statuses == [200] * len(answers), [a.text[:200] for a in answers if a.status_code != 200]
-    assert all(a.json() == expected.json() for a in answers)
+    for answer in answers:
+        assert_same_scores(answer, expected)
     assert after["recovered"] - before["recovered"] == after["retried"] - before["retried"]
     assert after["unavailable"] == before["unavailable"]
     wait_for_scoring_replicas("faults", 2)  # Serve has started a replica in place of the dead one
