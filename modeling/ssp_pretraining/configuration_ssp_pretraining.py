@@ -28,7 +28,11 @@ Example:
 
 from huggingface_hub.dataclasses import strict
 from transformers import BertConfig, ElectraConfig, RobertaConfig
-from transformers.configuration_utils import SubConfigSpec
+
+try:
+    from transformers.configuration_utils import SubConfigSpec
+except ImportError:  # transformers < 5.20 (the GPU image has 5.17): sub-configs are a key -> class table
+    SubConfigSpec = None
 
 from .hub_common import check_token_type_init_and_name_labels
 
@@ -113,7 +117,12 @@ class SSPElectraConfig(ElectraConfig):
     """
 
     model_type = "ssp_electra"
-    sub_configs_defaults = {"generator_config": SubConfigSpec(config_class=ElectraConfig, optional=True)}
+    if SubConfigSpec is not None:
+        # transformers builds an ElectraConfig from a dict (config.json) before __post_init__; None stays None.
+        sub_configs_defaults = {"generator_config": SubConfigSpec(config_class=ElectraConfig, optional=True)}
+    else:
+        # Older transformers only name the sub-config's class; __post_init__ below builds it from a dict.
+        sub_configs = {"generator_config": ElectraConfig}
 
     num_segments: int = 2
     token_type_init: str = "scratch"
@@ -129,6 +138,9 @@ class SSPElectraConfig(ElectraConfig):
     generator_temperature: float = 1.0
 
     def __post_init__(self, **kwargs):
+        if SubConfigSpec is None and isinstance(self.generator_config, dict):
+            # A dict from config.json; built before the stock post-init, which walks the sub-configs.
+            self.generator_config = ElectraConfig(**self.generator_config)
         super().__post_init__(**kwargs)
         _ssp_post_init(self, kwargs)
         if self.sampling not in SAMPLING_METHODS:
