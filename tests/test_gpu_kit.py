@@ -1,15 +1,27 @@
 """The GPU kit's commands agree with the scripts they call (issue 31: the first GPU run lost minutes to a flag the
-ranking benchmark no longer had, and to a crash when --systems left out the reference rows). CPU only."""
+ranking benchmark no longer had, and to a crash when --systems left out the reference rows), and its carry imports
+as2hub on the GPU image (issue 49). CPU only, no network."""
 
+import importlib.util
 import re
 import shlex
 import sys
 from pathlib import Path
 
+import pytest
+import transformers
+import transformers.configuration_utils
+from packaging.specifiers import SpecifierSet
+from transformers import ElectraConfig
+
+from as2hub.modeling.ssp_pretraining import configuration_ssp_pretraining
+
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
+sys.path.insert(0, str(ROOT / "benchmarks" / "gpu"))
 
 import bench_ranking_throughput  # noqa: E402
+import carry_wheels  # noqa: E402
 
 
 def session_command(part_script: str) -> list[str]:
@@ -41,3 +53,166 @@ def test_a_systems_subset_keeps_the_two_reference_rows():
     parsed = bench_ranking_throughput.parse_args(["--systems", "as2hub cuda-fp16,CrossEncoder cuda bf16"])
     assert parsed.systems == {"as2hub cuda-fp16", "CrossEncoder cuda bf16", "as2hub torch", "CrossEncoder torch"}
     assert bench_ranking_throughput.parse_args([]).systems is None  # no subset: every system
+
+
+# Issue 49: the GPU image has transformers 5.17, which as2hub could not import (SubConfigSpec came in 5.20), and the
+# --minilm carry left the transformers wheel out to fit. The kit now refuses a carry that cannot import as2hub there,
+# and as2hub has a fallback for transformers without SubConfigSpec.
+
+SSP_CONFIG_FILE = ROOT / "modeling" / "ssp_pretraining" / "configuration_ssp_pretraining.py"
+ELECTRA = {"vocab_size": 120, "hidden_size": 32, "embedding_size": 32, "num_hidden_layers": 2,
+           "num_attention_heads": 4, "intermediate_size": 37}  # fmt: skip
+
+
+def config_module_without_subconfigspec(monkeypatch):
+    """configuration_ssp_pretraining.py imported afresh as on a transformers without ``SubConfigSpec`` (< 5.20)."""
+    monkeypatch.delattr(transformers.configuration_utils, "SubConfigSpec", raising=False)
+    name = "as2hub.modeling.ssp_pretraining._configuration_without_subconfigspec"
+    spec = importlib.util.spec_from_file_location(name, SSP_CONFIG_FILE)
+    module = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, name, module)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("given", ["derived", "dict", "config"])
+def test_the_electra_ssp_config_is_the_same_with_and_without_subconfigspec(monkeypatch, tmp_path, given):
+    fallback = config_module_without_subconfigspec(monkeypatch)
+    assert fallback.SubConfigSpec is None and fallback.SSPElectraConfig.sub_configs == {
+        "generator_config": ElectraConfig
+    }
+    generator = {**ELECTRA, "hidden_size": 16, "num_attention_heads": 2, "intermediate_size": 20}
+    extra = {
+        "derived": {},
+        "dict": {"generator_config": generator},
+        "config": {"generator_config": ElectraConfig(**generator)},
+    }
+    expected = {"derived": (8, 1, 12), "dict": (16, 2, 20), "config": (16, 2, 20)}[given]  # 1/3 of 4 heads of 8: 1 head
+    modules = {"installed": configuration_ssp_pretraining, "fallback": fallback}
+    built = {}
+    for label, module in modules.items():
+        built[label] = module.SSPElectraConfig(**ELECTRA, num_segments=3, **extra[given])
+        built[label].save_pretrained(tmp_path / label)
+    # Each class loads the other's config.json (the fallback saves the generator's every field, transformers >= 5.20
+    # only those off its defaults) into the same config.
+    for label, module in modules.items():
+        for saved_by in modules:
+            again = module.SSPElectraConfig.from_pretrained(tmp_path / saved_by)
+            for each in (built[label], again):
+                generator = each.generator_config
+                assert type(generator) is ElectraConfig
+                assert (generator.hidden_size, generator.num_attention_heads, generator.intermediate_size) == expected
+                assert generator.type_vocab_size == each.type_vocab_size == 3
+            assert comparable(again) == comparable(built["installed"]), (label, saved_by)
+
+
+def comparable(config) -> dict:
+    values = config.to_dict()
+    values.pop("auto_map", None)  # named after the module, which is another one for the fallback here
+    return values
+
+
+def test_a_saved_generator_config_loads_into_the_fallback(monkeypatch, tmp_path):
+    """A config.json written with SubConfigSpec (transformers >= 5.20, CI) loads on the image's 5.17 path."""
+    fallback = config_module_without_subconfigspec(monkeypatch)
+    generator = {**ELECTRA, "hidden_size": 16, "num_attention_heads": 2, "intermediate_size": 20}
+    configuration_ssp_pretraining.SSPElectraConfig(**ELECTRA, generator_config=generator).save_pretrained(tmp_path)
+    loaded = fallback.SSPElectraConfig.from_pretrained(tmp_path)
+    assert type(loaded.generator_config) is ElectraConfig and loaded.generator_config.hidden_size == 16
+    assert loaded.generator_config.to_dict() == ElectraConfig(**generator, type_vocab_size=2).to_dict()
+
+
+def test_the_recorded_image_against_as2hubs_requirements():
+    image = carry_wheels.read_image()
+    assert image == {"python": "3.12", "transformers": "5.17.0", "huggingface-hub": "1.33.0", "tokenizers": "0.23.2"}
+    dependencies = re.search(r"dependencies = \[(.*?)\]", (ROOT / "pyproject.toml").read_text(), re.S).group(1)
+    requirements = needs(**dict(re.findall(r'"([\w-]+)([^"]*)"', dependencies)))
+    assert str(requirements["transformers"]) == ">=5.17"  # the floor the image's 5.17 was tested at (issue 49)
+    # The image's transformers and huggingface-hub are enough; its tokenizers is not, so tokenizers always travels.
+    assert carry_wheels.falls_short(image, requirements, ("transformers", "huggingface-hub")) == []
+    assert carry_wheels.falls_short(image, requirements, ("tokenizers",)) == [
+        "tokenizers 0.23.2 falls short of as2hub's tokenizers>=0.23.3"
+    ]
+
+
+MIB = 1 << 20
+WHEELS = {  # about the sizes measured on 2026-11-28 (transformers 12.9 MiB, tokenizers 3.2 MiB)
+    "as2hub-0.1.0-py3-none-any.whl": 1 * MIB,
+    "datasets-5.2.0-py3-none-any.whl": 1 * MIB,
+    "tokenizers-0.23.3-cp39-abi3-manylinux_2_17_x86_64.whl": 3 * MIB,
+    "transformers-5.24.0-py3-none-any.whl": 12 * MIB,
+    "huggingface_hub-2.4.0-py3-none-any.whl": 1 * MIB,
+    "httpx2-2.16.2-py3-none-any.whl": MIB // 2,
+    "idna-3.11-py3-none-any.whl": MIB // 8,
+}
+TRANSFORMERS_GROUP = {"transformers-5.24.0-py3-none-any.whl", "huggingface_hub-2.4.0-py3-none-any.whl",
+                      "httpx2-2.16.2-py3-none-any.whl", "idna-3.11-py3-none-any.whl"}  # fmt: skip
+IMAGE = {"python": "3.12", "transformers": "5.17.0", "huggingface-hub": "1.33.0", "tokenizers": "0.23.2"}
+
+
+def needs(**floors):
+    return {carry_wheels.canonical(name): SpecifierSet(spec) for name, spec in floors.items()}
+
+
+def plan(other_mib: float, profile: str, image=IMAGE, requirements=None):
+    requirements = requirements or needs(transformers=">=5.17", huggingface_hub=">=1.0", tokenizers=">=0.20")
+    left = carry_wheels.plan_upgrades(WHEELS, image, requirements, int(other_mib * MIB), 64 * MIB, profile)
+    return [name for name, _ in left], dict(left)
+
+
+def test_the_minilm_profile_carries_no_upgrade_the_image_does_not_need():
+    names, reasons = plan(other_mib=3, profile="minilm")  # 3 + 18.6 MiB: it would fit, and is still left out
+    assert names[0] == "tokenizers-0.23.3-cp39-abi3-manylinux_2_17_x86_64.whl"  # UPGRADES' order
+    assert set(names[1:]) == TRANSFORMERS_GROUP and len(names) == 5
+    assert reasons["transformers-5.24.0-py3-none-any.whl"] == (
+        "the image's transformers 5.17.0, huggingface-hub 1.33.0 are enough (as2hub needs transformers>=5.17, "
+        "huggingface-hub>=1.0); --minilm carries no optional upgrade"
+    )
+
+
+def test_the_default_profile_leaves_upgrades_out_only_to_fit_in_order():
+    assert plan(other_mib=40, profile="default")[0] == []  # 40 + 18.6 < 64
+    names, reasons = plan(other_mib=47, profile="default")  # 65.6: leaving tokenizers (3 MiB) out is enough
+    assert names == ["tokenizers-0.23.3-cp39-abi3-manylinux_2_17_x86_64.whl"]
+    assert reasons[names[0]].startswith("over 64 MiB with it (65.6 MiB); the image's tokenizers 0.23.2 is enough")
+    names, _ = plan(other_mib=55, profile="default")  # 73.6 - 3 = 70.6: the transformers group goes too
+    assert set(names) == {"tokenizers-0.23.3-cp39-abi3-manylinux_2_17_x86_64.whl", *TRANSFORMERS_GROUP}
+
+
+def test_an_upgrade_the_image_falls_short_of_always_travels():
+    older = {**IMAGE, "transformers": "5.10.0"}
+    names, _ = plan(other_mib=55, profile="minilm", image=older)
+    assert names == ["tokenizers-0.23.3-cp39-abi3-manylinux_2_17_x86_64.whl"]  # the caller then refuses: over 64 MiB
+    # as2hub's own floors (pyproject): the image's tokenizers 0.23.2 falls short, so it travels even with --minilm.
+    names, _ = plan(other_mib=3, profile="minilm", requirements=needs(transformers=">=5.17", tokenizers=">=0.23.3"))
+    assert set(names) == TRANSFORMERS_GROUP
+
+
+def test_the_requirements_are_read_from_the_carried_as2hub_wheel(tmp_path):
+    wheel = tmp_path / "as2hub-0.1.0-py3-none-any.whl"
+    metadata = "Metadata-Version: 2.4\nName: as2hub\nVersion: 0.1.0\nRequires-Dist: transformers>=5.17\n"
+    metadata += 'Requires-Dist: Huggingface_Hub>=1.0\nRequires-Dist: ruff>=0.6; extra == "test"\n'
+    carry_wheels.write_wheel(wheel, {"as2hub-0.1.0.dist-info/METADATA": metadata.encode()}, "as2hub-0.1.0.dist-info")
+    assert {name: str(spec) for name, spec in carry_wheels.wheel_requirements(wheel).items()} == {
+        "transformers": ">=5.17",
+        "huggingface-hub": ">=1.0",
+    }
+
+
+def test_a_carry_that_cannot_import_as2hub_is_refused(tmp_path):
+    """The check installs the carried wheels as the device does and imports as2hub: here a stand-in as2hub whose
+    import fails as as2hub's did on transformers 5.17 (no image stand-in needed: the failure is the wheel's own)."""
+    (tmp_path / "carry" / "wheels").mkdir(parents=True)
+    (tmp_path / "image").mkdir()
+    files = {
+        "as2hub/modeling/__init__.py": b"raise ImportError(\"cannot import name 'SubConfigSpec'\")\n",
+        "as2hub-0.1.0.dist-info/METADATA": b"Metadata-Version: 2.1\nName: as2hub\nVersion: 0.1.0\n",
+        "as2hub-0.1.0.dist-info/WHEEL": b"Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+    }
+    wheel = tmp_path / "carry" / "wheels" / "as2hub-0.1.0-py3-none-any.whl"
+    carry_wheels.write_wheel(wheel, files, "as2hub-0.1.0.dist-info")
+    with pytest.raises(SystemExit) as refusal:
+        carry_wheels.check_import(tmp_path / "carry", site=tmp_path / "image")
+    message = str(refusal.value)
+    assert message.startswith("error: the carry cannot import as2hub on the image (python 3.12, transformers 5.17.0,")
+    assert message.endswith("ImportError: cannot import name 'SubConfigSpec'") and "\n" not in message

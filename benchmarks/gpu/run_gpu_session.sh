@@ -43,6 +43,7 @@ fi
   nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,clocks.mem --format=csv
   python3 -c 'import sys, torch, transformers, as2hub.modeling as m; print(sys.version.split()[0], "torch", torch.__version__, "cuda", torch.version.cuda, "transformers", transformers.__version__, "as2hub from", m.__file__)'
   grep -m1 "model name" /proc/cpuinfo; nproc
+  [ -f "$CARRY/left_out.txt" ] && sed 's/^/carry /' "$CARRY/left_out.txt"  # prepare_carry.sh: what stayed behind
 } > "$OUT/machine.txt" 2>&1
 cat "$OUT/machine.txt"
 
