@@ -21,7 +21,8 @@ name           what runs                                               needs
 ============== ======================================================= ================================================
 
 ONNX Runtime's int8 kernels (MLAS) pick the CPU's integer dot-product instructions themselves: ``vpmaddubsw`` on AVX2,
-VNNI (``avx512_vnni`` / ``avx_vnni``) and AMX (``amx_int8``) where present, so one int8 graph serves every x86 CPU.
+VNNI (``avx512_vnni`` / ``avx_vnni``) and AMX (``amx_int8``) where present, so one int8 graph serves every x86 CPU (its
+weights use 7 bits, so that ``vpmaddubsw``'s int16 sums cannot saturate: ``onnx_backend.quantize_int8``).
 
 ``auto`` skips a candidate only for the expected reasons it cannot run here (:data:`NOT_AVAILABLE_HERE`: no GPU or
 no native bf16 on it, the ``onnx`` extra not installed, no exported graph, a graph exported from other weights or by

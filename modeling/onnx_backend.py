@@ -342,7 +342,10 @@ def _run_graph(path: Path, batches: list[dict], input_names) -> list:
     return [session.run(None, {name: batch[name].numpy() for name in input_names})[0] for batch in batches]
 
 
-INT8_DESCRIPTION = "int8 dynamic, per-channel QInt8 weights for every weight MatMul, per-token activation scales"
+INT8_DESCRIPTION = (
+    "int8 dynamic, per-channel QInt8 weights in 7 bits (reduce_range) for every weight MatMul, per-token activation "
+    "scales"
+)
 # An int8 graph whose metadata has another description is stale: the graphs of earlier versions had one activation
 # scale per batch (scores that depend on the other pairs of the batch) and two fp32 projections per layer.
 
@@ -350,11 +353,17 @@ INT8_DESCRIPTION = "int8 dynamic, per-channel QInt8 weights for every weight Mat
 def quantize_int8(source: Path, target: Path) -> None:
     """Dynamic int8 quantization with ONNX Runtime's ``quantize_dynamic`` (int8 weights per output channel for every
     weight MatMul, int8 embedding tables), then one activation scale per token (:func:`per_token_activation_scales`),
-    so that a pair's score does not depend on the other pairs of its batch."""
+    so that a pair's score does not depend on the other pairs of its batch.
+
+    The weights use 7 of their 8 bits (``reduce_range``). On a CPU without VNNI or AMX (AVX2, and AVX-512 without
+    VNNI) ONNX Runtime multiplies uint8 activations by int8 weights with ``vpmaddubsw``, which adds two products into
+    a saturating int16: with full-range weights the sums overflow, and a tiny test model's scores moved by 0.03-0.07
+    against fp32 on an AVX2 EPYC (issue 47) where an AMX Xeon moved them by 0.01. With 7-bit weights no sum can
+    overflow, so every CPU computes the same integers (VNNI and AMX never saturate)."""
     import onnx
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
-    quantize_dynamic(str(source), str(target), weight_type=QuantType.QInt8, per_channel=True)
+    quantize_dynamic(str(source), str(target), weight_type=QuantType.QInt8, per_channel=True, reduce_range=True)
     graph = onnx.load(str(target))
     per_token_activation_scales(graph)
     onnx.save(graph, str(target))
@@ -884,8 +893,9 @@ def check_not_stale(
     if quantize == "int8" and metadata.get("as2hub.quantization") != INT8_DESCRIPTION:
         raise StaleOnnxExportError(
             f"{graph} is stale: it was quantized as {metadata.get('as2hub.quantization')!r}; this version of as2hub "
-            f"quantizes as {INT8_DESCRIPTION!r} (an older int8 graph has one activation scale per batch, so its "
-            f"scores depend on the other pairs of the batch): {rerun}"
+            f"quantizes as {INT8_DESCRIPTION!r} (older int8 graphs have one activation scale per batch, so their "
+            f"scores depend on the other pairs of the batch, or 8-bit weights, whose sums saturate on CPUs without "
+            f"VNNI): {rerun}"
         )
     exported_config = json.loads(metadata.get(CONFIG_KEY, "{}"))
     if exported_config.get("model_type") in JOINT_MODEL_TYPES:

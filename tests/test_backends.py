@@ -8,7 +8,7 @@ import sys
 import pytest
 import torch
 from helpers import BACKBONES, HAS_ONNX, needs_onnx, redraw_weights
-from test_onnx_backend import CANDIDATES, QUESTION, score_all
+from test_onnx_backend import CANDIDATES, INT8_TOLERANCE, QUESTION, score_all
 from test_onnx_joint import saved_joint
 from transformers import AutoTokenizer
 
@@ -37,7 +37,8 @@ needs_cuda = pytest.mark.skipif(
 # (at most 8% of the spread). int8's real guard is the WikiQA MAP of a fine-tuned MiniLM (modeling/BACKENDS.md).
 # bf16 on the AMX Xeon, 2026-11-27 CI: 0.0246 on one ELECTRA pairwise draw (the test tokenizer, hence the model,
 # differs run to run; spread 0.05-0.6), so 0.03: still far below a constant or unconverted model's error.
-TOLERANCE = {"torch-bf16": 0.03, "onnx-int8": 0.015, "cuda-fp16": 0.01, "cuda-bf16": 0.02}
+# int8: test_onnx_backend.INT8_TOLERANCE (7-bit weights, the same integers on every CPU kind).
+TOLERANCE = {"torch-bf16": 0.03, "onnx-int8": INT8_TOLERANCE, "cuda-fp16": 0.01, "cuda-bf16": 0.02}
 WEIGHT_STD = {"torch-bf16": 0.3, "onnx-int8": 0.2, "cuda-fp16": 0.3, "cuda-bf16": 0.3}
 
 AVX2 = CpuFeatures("AMD EPYC", frozenset({"avx", "avx2", "fma", "f16c"}))
@@ -141,11 +142,12 @@ def test_bf16_and_int8_scores_stay_within_their_tolerance(stock_checkpoint, tmp_
     if contextual:  # the context still moves the scores in bf16
         assert (score_all(bf16, contexts=[""] * len(CANDIDATES)) - got).abs().max().item() > 1e-3
     if HAS_ONNX:
+        # The scores must spread 3x the tolerance: a graph off by a constant or scoring the wrong rows would fail.
         folder = spread_tiny_ranker(
-            stock_checkpoint, tmp_path / "int8", backbone, contextual, std=WEIGHT_STD["onnx-int8"]
+            stock_checkpoint, tmp_path / "int8", backbone, contextual, std=WEIGHT_STD["onnx-int8"], min_spread=0.075
         )
         expected = score_all(Ranker.from_pretrained(folder, batch_size=2))
-        assert expected.max() - expected.min() > 0.01, f"degenerate check: the scores do not spread: {expected}"
+        assert expected.max() - expected.min() > 0.075, f"degenerate check: the scores do not spread: {expected}"
         int8 = Ranker.from_pretrained(folder, backend="onnx-int8", batch_size=2, num_threads=1)
         assert int8.backend == "onnx-int8" and int8.model.graph_path.name == "model_qint8_dynamic.onnx"
         got = score_all(int8)

@@ -76,6 +76,24 @@ def cascade_model(
     return model, tokenizer
 
 
+# The forward pass of one unpadded row and the ranker's padded batches differ by float rounding, which the heads'
+# rescaled weights amplify to ~2e-5: two candidates closer than this may come in either order (seen: 8e-6 apart).
+NEAR_TIE = 1e-4
+
+
+def assert_ranked_by(indices, reference, tol=NEAR_TIE) -> bool:
+    """``indices`` come in the order of ``reference``'s scores, highest first, up to ties within ``tol``."""
+    values = [reference[i] for i in indices]
+    assert all(a >= b - tol for a, b in zip(values, values[1:])), (indices, values)
+    return True
+
+
+def assert_split_by(kept_indices, dropped_indices, reference, tol=NEAR_TIE) -> bool:
+    """Every kept candidate scores at least every dropped one under ``reference``, up to ties within ``tol``."""
+    assert min(reference[i] for i in kept_indices) >= max(reference[i] for i in dropped_indices) - tol
+    return True
+
+
 def forward_scores(model, ranker, contexts=None):
     """Each candidate's score from every head, by the full forward pass (not the staged path): {layer: [scores]}."""
     rows = ranker._rows([QUESTION] * len(CANDIDATES), CANDIDATES, contexts)
@@ -103,7 +121,8 @@ def test_drop_zero_is_the_full_model_and_a_drop_keeps_the_stated_counts(tokenize
     plain = ranker.rank(QUESTION, CANDIDATES, contexts)
     assert [c.layer for c in plain] == [4] * 10
     at_zero = ranker.rank(QUESTION, CANDIDATES, contexts, cascade_drop=0.0)
-    assert [c.index for c in at_zero] == [c.index for c in plain] == sorted(range(10), key=lambda i: -full[i])
+    assert [c.index for c in at_zero] == [c.index for c in plain]
+    assert_ranked_by([c.index for c in plain], full)
     assert [c.score for c in at_zero] == pytest.approx([c.score for c in plain], abs=1e-6)
     assert [c.layer for c in at_zero] == [4] * 10
 
@@ -111,14 +130,12 @@ def test_drop_zero_is_the_full_model_and_a_drop_keeps_the_stated_counts(tokenize
     ranked = ranker.rank(QUESTION, CANDIDATES, contexts, cascade_drop=0.5)
     assert [c.layer for c in ranked] == [4, 4, 4, 3, 3, 1, 1, 1, 1, 1]
     assert sorted(c.index for c in ranked) == list(range(10))
-    first_head = by_forward[1]
-    by_first = sorted(range(10), key=lambda i: -first_head[i])
-    assert [c.index for c in ranked[5:]] == by_first[5:]  # dropped at the first head: its 5 lowest, in its order
-    survivors = by_first[:5]
-    second_head = by_forward[3]
-    by_second = sorted(survivors, key=lambda i: -second_head[i])
-    assert [c.index for c in ranked[3:5]] == by_second[3:]
-    assert [c.index for c in ranked[:3]] == sorted(by_second[:3], key=lambda i: -full[i])
+    # dropped at the first head: its 5 lowest, in its order; then the second head's 2 lowest of the 5 survivors
+    first_head, second_head = by_forward[1], by_forward[3]
+    indices = [c.index for c in ranked]
+    assert_ranked_by(indices[5:], first_head) and assert_split_by(indices[:5], indices[5:], first_head)
+    assert_ranked_by(indices[3:5], second_head) and assert_split_by(indices[:3], indices[3:5], second_head)
+    assert_ranked_by(indices[:3], full)
     # Every score is the one its stage's head gives in the full forward pass of the pair alone (unpadded; the heads'
     # rescaled weights amplify float rounding to ~2e-5 here).
     for candidate in ranked:

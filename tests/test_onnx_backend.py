@@ -25,9 +25,11 @@ from as2hub.modeling.ranking import Ranker, context_text_pair
 from as2hub.modeling.scores import probability_of_correct
 from as2hub.run_scripts import export_onnx as export_script
 
-# Largest |int8 score - fp32 score| on the tiny spread models of this file (per-token scales; measured at most 0.0099
-# on 2026-11-26, Intel Xeon with AMX and AVX-512 VNNI).
-INT8_TOLERANCE = 0.015
+# Largest |int8 score - fp32 score| on the tiny spread models of this file (per-token scales, 7-bit weights). Measured
+# 2026-11-28 on the AMD EPYC (AVX2): at most 0.0179 over the 6 models of the test below (score spreads 0.087-0.243).
+# With 7-bit weights the integer sums cannot saturate, so VNNI and AMX CPUs compute the same integers: one bound for
+# every CPU kind. (8-bit weights: 0.0099 on the AMX Xeon, 2026-11-26, but 0.030-0.072 on the AVX2 EPYC, which saturates.)
+INT8_TOLERANCE = 0.025
 QUESTION = "What is a generator?"
 CANDIDATES = [
     "A function that yields values lazily, one at a time.",
@@ -142,8 +144,8 @@ def test_graph_keeps_the_segment_logic_for_tokenizer_inputs(ranker_folder, backb
 @pytest.mark.parametrize("backbone", sorted(BACKBONES))
 def test_int8_graph_is_quantized_and_its_scores_stay_close(stock_checkpoint, tmp_path, backbone, contextual):
     """On a tiny model whose weights (std 0.2) make its scores spread over 0.08-0.24 on 20 pairs, the int8 scores stay
-    within INT8_TOLERANCE of fp32 and within 15% of the spread (measured 2026-11-26, Intel Xeon with AMX: at most
-    0.0099, 4-8% of the spread): a graph that scored a constant, or scored the wrong rows, would be off by the spread.
+    within INT8_TOLERANCE of fp32 and within 20% of the spread (measured 2026-11-28, AMD EPYC AVX2, 7-bit weights:
+    at most 0.0179, 4-11% of the spread): a graph that scored a constant, or the wrong rows, would be off by the spread.
     The WikiQA MAP change of a fine-tuned MiniLM is measured by the benchmark (modeling/BACKENDS.md)."""
     from test_backends import spread_tiny_ranker
 
@@ -157,7 +159,7 @@ def test_int8_graph_is_quantized_and_its_scores_stay_close(stock_checkpoint, tmp
     assert spread > 0.05, f"degenerate check: the scores do not spread ({spread:.4f})"
     got = Ranker.from_pretrained(folder, backend="onnx-int8", num_threads=1).score_pairs(q, c, x)
     error = (got - expected).abs().max().item()
-    assert 0 < error <= min(INT8_TOLERANCE, 0.15 * spread), (error, spread)
+    assert 0 < error <= min(INT8_TOLERANCE, 0.2 * spread), (error, spread)
 
 
 @needs_onnx

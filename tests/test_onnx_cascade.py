@@ -158,7 +158,7 @@ def test_stage_graphs_equal_the_torch_staged_path(cascade_folder, backbone, cont
     assert quantization == [INT8_DESCRIPTION] * 3
     scores, _ = stage_errors(int8, model, cases)
     for stage, error in scores.items():
-        assert 0 < error <= min(INT8_TOLERANCE, 0.15 * spread[stage]), (stage, error, spread[stage])
+        assert 0 < error <= min(INT8_TOLERANCE, 0.2 * spread[stage]), (stage, error, spread[stage])
 
 
 @pytest.mark.parametrize("backend", ["onnx", "onnx-int8"])
