@@ -484,12 +484,21 @@ def scoring_replicas(app: str) -> list[dict]:
     return [a for a in ray.util.list_named_actors(all_namespaces=True) if a["name"].startswith(prefix)]
 
 
+# Replicas of an earlier run whose Ray was not shut down (a killed pytest) carry the same titles: only processes
+# started after this module was imported are this run's.
+IMPORTED_AT = time.time()
+
+
 def scoring_replica_pids(app: str) -> list[int]:
-    """The scoring replicas' processes: Ray titles them ``ray::ServeReplica:<app>:Scorer``."""
+    """This run's scoring replicas' processes: Ray titles them ``ray::ServeReplica:<app>:Scorer``."""
     import psutil
 
     title = f"ray::ServeReplica:{app}:Scorer"
-    return [p.pid for p in psutil.process_iter(["cmdline"]) if " ".join(p.info["cmdline"] or []).startswith(title)]
+    return [
+        p.pid
+        for p in psutil.process_iter(["cmdline", "create_time"])
+        if " ".join(p.info["cmdline"] or []).startswith(title) and (p.info["create_time"] or 0) >= IMPORTED_AT - 1
+    ]
 
 
 def wait_for_scoring_replicas(app: str, count: int, timeout: float = 120) -> None:
