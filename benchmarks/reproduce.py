@@ -432,9 +432,7 @@ class Harness:
     def counts(self, system, record: dict) -> bool:
         """A stored record counts here when its settings are this invocation's and its base weights are this
         invocation's model weights or one that ``--merge_weights`` names (a result's key is both)."""
-        return record.get("settings_key") == self.key(system) and self.weights_count(
-            record.get("model_weights") or LEGACY_WEIGHTS
-        )
+        return record.get("settings_key") == self.key(system) and self.weights_count(weights_of(record))
 
     def weights_count(self, digest: str) -> bool:
         own = getattr(self.cfg, "model_weights", None)
@@ -554,7 +552,7 @@ class Harness:
         folder = self.root / f"pretrain_{pretraining.key}"
         key = self.pretrain_key(pretraining)
         previous = self.state["pretraining"].get(pretraining.key)
-        if previous and (previous.get("model_weights") or LEGACY_WEIGHTS) != self.cfg.model_weights:
+        if previous and weights_of(previous) != self.cfg.model_weights:
             previous = None  # another base model's bytes: a pre-training of its own (the record is replaced)
         if previous and previous.get("settings_key") != key:
             logger.info("pre-training %s: settings changed, starting again", pretraining.key)
@@ -618,7 +616,7 @@ class Harness:
                 summary["all_seeds"] = stats.summarize_system(current, metrics)
             paper = tables.paper_rows(table, system.name)
             summary.update(label=system.label, stale_runs_not_counted=stale, paper=paper, ran_on=ran_on(current),
-                           weights=sorted({r.get("model_weights") or LEGACY_WEIGHTS for r in current.values()}))  # fmt: skip
+                           weights=sorted({weights_of(r) for r in current.values()}))  # fmt: skip
             systems[system.name] = summary
         comparisons = {}
         for comparison in table.comparisons:
@@ -641,6 +639,11 @@ class Harness:
             )
             comparisons[f"{comparison.a} - {comparison.b}"] = entry
         return {"systems": systems, "comparisons": comparisons}
+
+
+def weights_of(record: dict) -> str:
+    """The digest of the base weights a run or pre-training record started from (``LEGACY_WEIGHTS`` before the field)."""
+    return record.get("model_weights") or LEGACY_WEIGHTS
 
 
 def preregistered(records: dict) -> dict:
