@@ -484,21 +484,33 @@ def scoring_replicas(app: str) -> list[dict]:
     return [a for a in ray.util.list_named_actors(all_namespaces=True) if a["name"].startswith(prefix)]
 
 
-# Replicas of an earlier run whose Ray was not shut down (a killed pytest) carry the same titles: only processes
-# started after this module was imported are this run's.
-IMPORTED_AT = time.time()
-
-
 def scoring_replica_pids(app: str) -> list[int]:
-    """This run's scoring replicas' processes: Ray titles them ``ray::ServeReplica:<app>:Scorer``."""
+    """The module's scoring replicas' processes: Ray titles them ``ray::ServeReplica:<app>:Scorer``. Only this
+    cluster's count: ``ray.init`` started the raylet from this process and the raylet starts the replicas, so they
+    descend from it; replicas of another cluster on the machine (another pytest run, or one killed earlier) do not."""
     import psutil
 
     title = f"ray::ServeReplica:{app}:Scorer"
-    return [
-        p.pid
-        for p in psutil.process_iter(["cmdline", "create_time"])
-        if " ".join(p.info["cmdline"] or []).startswith(title) and (p.info["create_time"] or 0) >= IMPORTED_AT - 1
-    ]
+    pids = []
+    for process in psutil.Process().children(recursive=True):
+        try:
+            if " ".join(process.cmdline()).startswith(title):
+                pids.append(process.pid)
+        except psutil.Error:  # ended while listed
+            pass
+    return sorted(pids)
+
+
+def busiest(pids: list[int], seconds: float = 0.5) -> int:
+    """The process among ``pids`` that used the most CPU time over ``seconds``: a replica scoring a request."""
+    import psutil
+
+    processes = [psutil.Process(pid) for pid in pids]
+    start = [sum(p.cpu_times()[:2]) for p in processes]
+    time.sleep(seconds)
+    used = [sum(p.cpu_times()[:2]) - s for p, s in zip(processes, start)]
+    assert max(used) > 0.1 * seconds, f"no replica is scoring: CPU seconds used {used}"
+    return pids[used.index(max(used))]
 
 
 def wait_for_scoring_replicas(app: str, count: int, timeout: float = 120) -> None:
@@ -509,7 +521,10 @@ def wait_for_scoring_replicas(app: str, count: int, timeout: float = 120) -> Non
         if len(scoring_replica_pids(app)) == count and serve.status().applications[app].status == "RUNNING":
             return
         time.sleep(0.5)
-    raise AssertionError(f"{app}: {count} scoring replicas did not run again within {timeout} s")
+    raise AssertionError(
+        f"{app}: not {count} scoring replicas running within {timeout} s: processes {scoring_replica_pids(app)}, "
+        f"status {serve.status().applications[app].status}"
+    )
 
 
 @needs_serve
@@ -664,15 +679,37 @@ def assert_same_scores(answer: Answer, reference: Answer) -> None:
     assert [got[i] for i in sorted(got)] == pytest.approx([expected[i] for i in sorted(got)], abs=1e-5)
 
 
-def slow_request(size: int = 600) -> dict:
-    """A /faults request that keeps its replica busy for a while (texts of about MAX_LENGTH tokens) in a small body."""
-    return {"query": QUESTION, "texts": [f"{i} " + "generators yield values lazily " * 12 for i in range(size)]}
+def slow_request(size: int = 1800) -> dict:
+    """A /faults request that keeps its replica busy for a while (texts of MAX_LENGTH tokens: 1,800 take about 2 s on
+    one core) in a body under the default limit (1.5 MB of 2 MB)."""
+    return {"query": QUESTION, "texts": [f"{i} " + "generators yield values lazily " * 26 for i in range(size)]}
+
+
+def fill(pool: ThreadPoolExecutor, url: str, body: bytes, count: int, settle: float = 0.3) -> list:
+    """``count`` requests in the service at once, sent one at a time. Ray Serve counts its queue when a request
+    arrives, before the router has seen the replicas take the requests sent just before: of requests sent in the same
+    instant, one can be refused while a replica slot is free (seen: 1 of 6 refused with ``num_queued_requests=2``).
+    A request refused at once is sent again; one answered otherwise within ``settle`` seconds fails the test (the
+    requests must outlast the filling)."""
+    admitted, refused = [], 0
+    while len(admitted) < count:
+        future = pool.submit(post, url, None, body, 120)
+        time.sleep(settle)
+        if future.done():
+            answer = future.result()
+            assert answer.status_code == 429, f"answered {answer.status_code} in {answer.seconds:.2f} s: too fast"
+            refused += 1
+            assert refused <= 2 * count, f"{refused} requests refused while filling the service"
+        else:
+            admitted.append(future)
+    assert not any(f.done() for f in admitted), "a request was answered before the service was full: make it slower"
+    return admitted
 
 
 @needs_serve
 @pytest.mark.slow
 def test_overload_is_answered_at_once_with_429_and_retry_after(service, folders):
-    """/faults holds FAULTS_CAPACITY (6) requests: 2 per replica, 2 queued. 6 slow requests fill it; 10 more sent
+    """/faults holds FAULTS_CAPACITY (6) requests: 2 per replica, 2 queued. 6 slow requests fill it (:func:`fill`); 10 more sent
     while those are scored are refused with 429, Retry-After 2 and the JSON error, each before any of the 6 is
     answered; the 6 get their scores; and the service answers again once they are done. (The 10 come after the 6:
     Ray Serve counts the queue when a request arrives, so requests arriving in the same instant can all pass it.)"""
@@ -682,9 +719,7 @@ def test_overload_is_answered_at_once_with_429_and_retry_after(service, folders)
     before = ingress_counts(f"{service}/faults")
     body = json.dumps(slow_request()).encode()
     with ThreadPoolExecutor(max_workers=16) as pool:
-        filling = [pool.submit(post, url, None, body, 120) for _ in range(FAULTS_CAPACITY)]
-        time.sleep(0.5)
-        assert not any(f.done() for f in filling), "the first requests were answered before the others came"
+        filling = fill(pool, url, body, FAULTS_CAPACITY)
         past = [pool.submit(post, url, None, body, 120) for _ in range(10)]
         scored, refused = [f.result() for f in filling], [f.result() for f in past]
     print(f"alone {alone.seconds:.2f} s; 10 refused in {max(a.seconds for a in refused):.3f} s at most, the "
@@ -709,8 +744,8 @@ def test_a_replica_killed_under_load_loses_no_request(service, folders):
     url = f"{service}/faults/rerank"
     expected = post(url, slow_request(200), timeout=120)
     assert expected.status_code == 200
+    wait_for_scoring_replicas("faults", 2)  # an earlier test's load may have left Serve replacing a replica
     pids = scoring_replica_pids("faults")
-    assert len(pids) == 2, pids
     before = ingress_counts(f"{service}/faults")
     killed_at = {}
     answers: list[Answer] = []
@@ -722,8 +757,8 @@ def test_a_replica_killed_under_load_loses_no_request(service, folders):
     threads = [threading.Thread(target=client) for _ in range(3)]
     for thread in threads:
         thread.start()
-    time.sleep(2.0)
-    os.kill(pids[0], signal.SIGKILL)
+    time.sleep(1.5)
+    os.kill(busiest(pids), signal.SIGKILL)  # the replica scoring: requests are in flight
     killed_at["t"] = time.monotonic()
     for thread in threads:
         thread.join(150)
