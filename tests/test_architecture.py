@@ -28,7 +28,11 @@ def test_every_model_family_has_a_card_entry_and_is_in_the_layer_contract(family
 
 
 # The shared files of the remote-code folders: one source each, a symlink in every other folder that uses it.
-SHARED = {"hub_common.py": "contextual_as2", "pretraining_heads.py": "ssp_pretraining"}
+SHARED = {
+    "hub_common.py": "contextual_as2",
+    "pretraining_heads.py": "ssp_pretraining",
+    "unpadding.py": "ssp_pretraining",
+}
 
 
 def test_every_shared_remote_code_file_is_a_link_to_its_one_source():
@@ -44,6 +48,7 @@ def test_every_shared_remote_code_file_is_a_link_to_its_one_source():
     assert uses == {
         "hub_common.py": ["joint_multicandidate", "longformer_qe", "ssp_pretraining"],
         "pretraining_heads.py": ["joint_multicandidate"],
+        "unpadding.py": ["joint_multicandidate"],
     }
 
 

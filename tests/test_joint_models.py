@@ -478,7 +478,9 @@ def test_saved_folder_is_hub_ready(stock_checkpoint, tmp_path):
         "joint_layout.py",
         "hub_common.py",
         "pretraining_heads.py",
+        "unpadding.py",
     }
+    assert not (tmp_path / "unpadding.py").is_symlink()
     assert type(AutoModel.from_pretrained(tmp_path)) is type(model)
 
 

@@ -36,6 +36,7 @@ JOINT_CODE = {
     "pipeline_joint_multicandidate.py",
     "joint_layout.py",
     "pretraining_heads.py",
+    "unpadding.py",
     "hub_common.py",
 }
 AS2_METRICS = {("test", "map"): "test_map", ("test", "mrr"): "test_mrr", ("test", "precision_at_1"): "test_p@1"}

@@ -319,7 +319,8 @@ def test_each_revision_holds_exactly_the_validated_folder(hub, published):  # pu
         "model.safetensors",
         "configuration_ssp_pretraining.py",
         "modeling_ssp_pretraining.py",
-        "pretraining_heads.py",  # the sibling module shared with the joint family
+        "pretraining_heads.py",  # the sibling modules shared with the joint family
+        "unpadding.py",
     }
     assert set(hub.head("tester/ssp-roberta").files) == ssp | {"hub_common.py"}
     discriminator = {f"discriminator/{name}" for name in ("config.json", "model.safetensors", *tokenizer)}

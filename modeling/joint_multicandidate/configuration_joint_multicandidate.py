@@ -30,6 +30,9 @@ Each backbone keeps its stock config fields and adds:
   k+1 rows (slot i has token type i) are initialised (see ``hub_common.grow_token_type_embeddings``).
 - ``mlm_weight`` / ``mspp_weight``: weights of the two losses of MLM + MSPP pre-training (1:1 in the paper, appendix
   B.1); only the ``*ForJointPretraining`` models read them.
+- ``unpadded`` (bool): training forwards run the encoder's dense layers on the filled tokens only, the padding of
+  every slot and the empty slots left out (``unpadding.py``); attention keeps the slot layout and its pattern. Same
+  weights, same losses as the padded pass; evaluation, export and scoring keep the padded pass. Off by default.
 
 ``*_k`` heads have one logit per candidate labelled ``"correct"`` (binary cross-entropy); ``*_1`` heads keep the
 config's ``id2label`` (e.g. ``{0: "SUPPORTS", 1: "REFUTES", 2: "NOT ENOUGH INFO"}``).
@@ -160,6 +163,7 @@ class JointRobertaConfig(_JointFields, RobertaConfig):
     mlm_weight: float = 1.0
     mspp_weight: float = 1.0
     return_mlm_logits: bool = False
+    unpadded: bool = False
 
     @property
     def position_offset(self) -> int:
@@ -187,6 +191,7 @@ class JointElectraConfig(_JointFields, ElectraConfig):
     mlm_weight: float = 1.0
     mspp_weight: float = 1.0
     return_mlm_logits: bool = False
+    unpadded: bool = False
 
     def __post_init__(self, **kwargs):
         super().__post_init__(**kwargs)
@@ -209,6 +214,7 @@ class JointBertConfig(_JointFields, BertConfig):
     mlm_weight: float = 1.0
     mspp_weight: float = 1.0
     return_mlm_logits: bool = False
+    unpadded: bool = False
 
     def __post_init__(self, **kwargs):
         super().__post_init__(**kwargs)

@@ -66,6 +66,7 @@ from .joint_layout import IGNORE_INDEX
 # ``config.custom_pipelines`` points at it.
 from .pipeline_joint_multicandidate import JointRankingPipeline
 from .pretraining_heads import SSPPretrainingOutput, masked_lm_loss
+from .unpadding import unpadded_encode, wants_unpadded
 
 PIPELINE_TASKS = {True: "joint-ranking", False: "joint-classification"}  # keyed by config.candidate_head
 
@@ -179,8 +180,9 @@ class JointMultiCandidateMixin(TokenTypeGrowthMixin):
             filled = attention_mask[:, ::L].to(device) > 0
         return token_type_ids, position_ids, filled
 
-    def slot_attention_mask(self, attention_mask: torch.Tensor | None, batch: int, device) -> torch.Tensor:
-        """The ``(batch, 1, T, T)`` additive mask of ``first_token_attention="own_slot"`` (T = (k+1)·L).
+    def slot_attention_pattern(self, attention_mask: torch.Tensor | None, batch: int, device) -> torch.Tensor:
+        """The boolean ``(batch, 1, T, T)`` pattern of ``first_token_attention="own_slot"`` (T = (k+1)·L), True where a
+        query may attend to a key.
 
         Query rows of the first token of candidate slots 1..k keep only the keys of their own slot and of the question
         slot; every other row keeps every key. Padded keys (``attention_mask`` 0) are masked in every row.
@@ -194,7 +196,11 @@ class JointMultiCandidateMixin(TokenTypeGrowthMixin):
             keys = torch.ones(batch, config.sequence_length, dtype=torch.bool, device=device)
         else:
             keys = attention_mask.to(device) > 0
-        allowed = allowed[None, None] & keys[:, None, None, :]
+        return allowed[None, None] & keys[:, None, None, :]
+
+    def slot_attention_mask(self, attention_mask: torch.Tensor | None, batch: int, device) -> torch.Tensor:
+        """:meth:`slot_attention_pattern` as the additive ``(batch, 1, T, T)`` mask the stock attention kernels take."""
+        allowed = self.slot_attention_pattern(attention_mask, batch, device)
         return torch.zeros(allowed.shape, dtype=self.dtype, device=device).masked_fill(
             ~allowed, torch.finfo(self.dtype).min
         )
@@ -203,6 +209,16 @@ class JointMultiCandidateMixin(TokenTypeGrowthMixin):
         token_type_ids, position_ids, filled = self.slot_inputs(
             input_ids, inputs_embeds, attention_mask, token_type_ids, position_ids
         )
+        if wants_unpadded(self, attention_mask, kwargs):
+            # The dense layers on the filled tokens only; attention keeps the slot layout and its pattern.
+            reference = input_ids if input_ids is not None else inputs_embeds
+            pattern = None
+            if self.config.first_token_attention == "own_slot":
+                pattern = self.slot_attention_pattern(attention_mask, reference.shape[0], reference.device)
+            outputs = unpadded_encode(
+                self.base_model, input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, pattern
+            )
+            return outputs, self._slot_embeddings(outputs.last_hidden_state), filled
         if self.config.first_token_attention == "own_slot":
             implementation = getattr(self.config, "_attn_implementation", None) or "eager"
             if implementation not in OWN_SLOT_ATTENTION_KERNELS:

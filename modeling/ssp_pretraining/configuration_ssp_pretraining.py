@@ -12,6 +12,9 @@ Each backbone keeps its stock config fields and adds:
   ``sentence_labels``) is the MLM-only ablation.
 - ``return_mlm_logits`` (bool): return the full ``(batch, length, vocab)`` MLM logits. Off by default: the LM head then
   only runs on masked positions, which saves most of the activation memory of pre-training.
+- ``unpadded`` (bool): training forwards run the encoder's dense layers on the real tokens only, padding left out
+  (``unpadding.py``; ELECTRA's generator too). The weights and the losses are those of the padded pass; evaluation,
+  export and scoring keep the padded pass. Off by default; ``run_pretrain.py --unpadded`` sets it.
 
 The sentence-level head has a single logit labelled ``"correct"`` (binary cross-entropy), the head of the contextual
 AS2 models, so it loads into them (and into stock ``*ForSequenceClassification`` with ``num_labels=1``).
@@ -76,6 +79,7 @@ class SSPRobertaConfig(RobertaConfig):
     mlm_weight: float = 1.0
     cls_weight: float = 1.0
     return_mlm_logits: bool = False
+    unpadded: bool = False
 
     def __post_init__(self, **kwargs):
         super().__post_init__(**kwargs)
@@ -95,6 +99,7 @@ class SSPBertConfig(BertConfig):
     mlm_weight: float = 1.0
     cls_weight: float = 1.0
     return_mlm_logits: bool = False
+    unpadded: bool = False
 
     def __post_init__(self, **kwargs):
         super().__post_init__(**kwargs)
@@ -132,6 +137,7 @@ class SSPElectraConfig(ElectraConfig):
     rtd_weight: float = 50.0
     cls_weight: float = 1.0
     return_mlm_logits: bool = False
+    unpadded: bool = False
     generator_config: dict | ElectraConfig | None = None
     generator_size_ratio: float = 1 / 3
     sampling: str = "multinomial"
@@ -178,6 +184,7 @@ class SSPElectraConfig(ElectraConfig):
             "rtd_weight",
             "cls_weight",
             "return_mlm_logits",
+            "unpadded",
             "generator_config",
             "generator_size_ratio",
             "sampling",

@@ -46,6 +46,7 @@ from transformers.models.roberta.modeling_roberta import (
 from .configuration_ssp_pretraining import SSPBertConfig, SSPElectraConfig, SSPRobertaConfig
 from .hub_common import TokenTypeGrowthMixin, infer_token_type_ids
 from .pretraining_heads import SSPPretrainingOutput, masked_lm_loss
+from .unpadding import token_index, unpadded_encode, wants_unpadded
 
 
 class SSPPretrainingMixin(TokenTypeGrowthMixin):
@@ -55,6 +56,32 @@ class SSPPretrainingMixin(TokenTypeGrowthMixin):
 
     # Every loss is a mean over its own items: Trainer must scale it for gradient accumulation itself.
     accepts_loss_kwargs = False
+
+    def _encoder_outputs(
+        self,
+        encoder,
+        input_ids,
+        attention_mask,
+        token_type_ids,
+        position_ids,
+        inputs_embeds=None,
+        index=None,
+        **kwargs,
+    ):
+        """``encoder``'s outputs: the unpadded pass (``config.unpadded``, training) or the stock one."""
+        if wants_unpadded(self, attention_mask, kwargs):
+            return unpadded_encode(
+                encoder, input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, index=index
+            )
+        return encoder(
+            input_ids,
+            attention_mask=attention_mask,
+            token_type_ids=token_type_ids,
+            position_ids=position_ids,
+            inputs_embeds=inputs_embeds,
+            return_dict=True,
+            **kwargs,
+        )
 
     def _token_type_ids(self, input_ids, token_type_ids, attention_mask):
         if token_type_ids is None and input_ids is not None:
@@ -170,14 +197,8 @@ class RobertaForSSPPretraining(SSPPretrainingMixin, RobertaPreTrainedModel):
         sentence_labels: ``(batch,)`` 1 for a positive pair/triplet (e.g. same paragraph), 0 otherwise.
         """
         token_type_ids = self._token_type_ids(input_ids, token_type_ids, attention_mask)
-        outputs = self.roberta(
-            input_ids,
-            attention_mask=attention_mask,
-            token_type_ids=token_type_ids,
-            position_ids=position_ids,
-            inputs_embeds=inputs_embeds,
-            return_dict=True,
-            **kwargs,
+        outputs = self._encoder_outputs(
+            self.roberta, input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, **kwargs
         )
         hidden = outputs.last_hidden_state
         return self._mlm_and_sentence_outputs(
@@ -232,14 +253,8 @@ class BertForSSPPretraining(SSPPretrainingMixin, BertPreTrainedModel):
     ) -> SSPPretrainingOutput:
         r"""Same arguments as :meth:`RobertaForSSPPretraining.forward`."""
         token_type_ids = self._token_type_ids(input_ids, token_type_ids, attention_mask)
-        outputs = self.bert(
-            input_ids,
-            attention_mask=attention_mask,
-            token_type_ids=token_type_ids,
-            position_ids=position_ids,
-            inputs_embeds=inputs_embeds,
-            return_dict=True,
-            **kwargs,
+        outputs = self._encoder_outputs(
+            self.bert, input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, **kwargs
         )
         cls_logits = self.classifier(self.dropout(outputs.pooler_output))
         return self._mlm_and_sentence_outputs(
@@ -327,14 +342,12 @@ class ElectraForSSPPretraining(SSPPretrainingMixin, ElectraPreTrainedModel):
         token_type_ids = self._token_type_ids(input_ids, token_type_ids, attention_mask)
         mlm_loss = mlm_logits = rtd_labels = None
         discriminator_inputs = input_ids
+        # The unpadded pass: one token index for the generator and the discriminator.
+        index = token_index(attention_mask) if wants_unpadded(self, attention_mask, kwargs) else None
         if labels is not None:
             labels = labels.to(input_ids.device)
-            generator_hidden = self.generator(
-                input_ids,
-                attention_mask=attention_mask,
-                token_type_ids=token_type_ids,
-                position_ids=position_ids,
-                return_dict=True,
+            generator_hidden = self._encoder_outputs(
+                self.generator, input_ids, attention_mask, token_type_ids, position_ids, index=index
             ).last_hidden_state
             mlm_loss, mlm_logits, masked_logits = masked_lm_loss(
                 generator_hidden, labels, self._generator_head, self.config.vocab_size, self.config.return_mlm_logits
@@ -344,13 +357,8 @@ class ElectraForSSPPretraining(SSPPretrainingMixin, ElectraPreTrainedModel):
             discriminator_inputs[masked] = self.sample(masked_logits.detach())
             original = torch.where(masked, labels, input_ids)
             rtd_labels = (discriminator_inputs != original).long()
-        outputs = self.electra(
-            discriminator_inputs,
-            attention_mask=attention_mask,
-            token_type_ids=token_type_ids,
-            position_ids=position_ids,
-            return_dict=True,
-            **kwargs,
+        outputs = self._encoder_outputs(
+            self.electra, discriminator_inputs, attention_mask, token_type_ids, position_ids, index=index, **kwargs
         )
         hidden = outputs.last_hidden_state
         rtd_logits = self.discriminator_predictions(hidden)

