@@ -115,6 +115,14 @@ class PretrainModelArguments:
         default="global", metadata={"help": "--objective mspp: 'global' positions (the paper) or 'per_slot'."}
     )
     first_token_attention: str | None = first_token_attention_field("--objective mspp: ")
+    unpadded: bool = field(
+        default=False,
+        metadata={
+            "help": "Training steps run the encoder's dense layers (QKV, output projection, feed-forward) on the real "
+            "tokens only, padding left out; attention keeps the padded layout. Same weights, same losses; saved in "
+            "the config (config.unpadded), evaluation and scoring keep the padded pass."
+        },
+    )
 
 
 @dataclass

@@ -46,6 +46,20 @@ def test_each_objective_trains_and_logs_its_components(tmp_path, objective):
     assert config["type_vocab_size"] == (3 if objective in ("sdc", "dpc", "all", "mlm") else 1)
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "objective, extra",
+    [("dslc", []), ("mspp", ["--num_candidates", "3", "--slot_length", "24"])],
+)
+def test_unpadded_flag_trains_and_is_saved_in_the_config(tmp_path, objective, extra):
+    """``--unpadded``: the training steps take the unpadded pass (the joint model: over its slots) and the saved
+    config keeps the flag."""
+    out, results = quick_pretrain(tmp_path, "--objective", objective, "--unpadded", "--save_strategy", "no", *extra)
+    assert json.loads((out / "config.json").read_text())["unpadded"] is True
+    assert results["train"]["train_loss"] == pytest.approx(results["train"]["train_loss"])  # finite, not NaN
+    assert results["eval"]["eval_mlm_loss"] < 20
+
+
 def test_electra_materialized_exports_a_discriminator_that_run_as2_fine_tunes(tmp_path):
     out, _ = quick_pretrain(tmp_path, "--model_type", "electra", "--materialize", "--objective", "dslc")
     config = json.loads((out / "config.json").read_text())
