@@ -254,7 +254,7 @@ def main(argv: list[str] | None = None) -> dict:
         train_documents, eval_documents = split_documents(documents, data_args.validation_fraction, training_args.seed)
     tokenizer = build_tokenizer(model_args, documents)
     model = build_model(model_args, tokenizer, objective)
-    collator = pretraining_collator(data_args, tokenizer, model, objective)
+    collator = pretraining_collator(data_args, tokenizer, model, objective, compiled=training_args.torch_compile)
     generation = generation_arguments(data_args, training_args.seed, model, objective)
     train_dataset, collator, dispatching = training_examples(
         data_args, training_args, train_documents, objective, generation, collator

@@ -142,20 +142,27 @@ def mspp_counts(data_args, num_candidates: int) -> dict[str, int]:
     return {"num_positives": positives, "max_hard_negatives": hard, "num_negatives": hard + easy}
 
 
-def pretraining_collator(data_args, tokenizer, model, objective: Objective):
-    """The MLM (+ sentence labels) collator of ``objective``: slot layout for MSPP, token pairs / triplets else."""
+def pretraining_collator(data_args, tokenizer, model, objective: Objective, compiled: bool = False):
+    """The MLM (+ sentence labels) collator of ``objective``: slot layout for MSPP, token pairs / triplets else.
+
+    ``compiled`` (``--torch_compile``): every batch is padded to ``max_length``, one shape for the compiled step
+    instead of one per padded length (the slot layout has one already). The unpadded pass (``--unpadded``) spends no
+    dense-layer work on that padding.
+    """
     if objective.joint:
         if data_args.whole_word_mask:
             raise ArgumentError("--whole_word_mask is not supported with --objective mspp (token-level masking only)")
         return JointCollator.for_model(
             tokenizer, model, mlm_probability=data_args.mlm_probability, label_name="sentence_labels"
         )
+    max_length = data_args.max_length or objective.default_max_length
     return PretrainingCollator(
         tokenizer,
-        max_length=data_args.max_length or objective.default_max_length,
+        max_length=max_length,
         mlm_probability=data_args.mlm_probability,
         whole_word_mask=data_args.whole_word_mask,
         num_token_types=model.config.type_vocab_size,
+        pad_to_multiple_of=max_length if compiled else 8,
     )
 
 

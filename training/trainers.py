@@ -23,13 +23,24 @@ from as2hub.metrics.classification import balanced_accuracy_at_prior, roc_auc
 COMPONENTS = ("mlm_loss", "rtd_loss", "cls_loss", "cls_accuracy", "rtd_accuracy")
 
 
+def allow_data_dependent_shapes() -> None:
+    """Let ``torch.compile`` trace the pre-training forwards in one graph: the rows the MLM head scores and the tokens
+    of the unpadded pass (``config.unpadded``) are sizes read from the data (``nonzero``), which dynamo otherwise
+    leaves to eager mode with a graph break. Process-wide dynamo settings, set for a compiled run."""
+    torch._dynamo.config.capture_dynamic_output_shape_ops = True
+    torch._dynamo.config.capture_scalar_outputs = True
+
+
 class SSPTrainer(StreamStateMixin, Trainer):
     """``Trainer`` for the SSP pre-training models (``compute_metrics`` is built in; exact streaming resume: see
-    :mod:`~as2hub.data_collators.stream_resume`)."""
+    :mod:`~as2hub.data_collators.stream_resume`). With ``--torch_compile`` the forward compiles to one graph
+    (:func:`allow_data_dependent_shapes`)."""
 
     def __init__(self, *args, **kwargs):
         kwargs.setdefault("compute_metrics", self._classification_metrics)
         super().__init__(*args, **kwargs)
+        if self.args.torch_compile:
+            allow_data_dependent_shapes()
         self._sums = {"train": defaultdict(float), "eval": defaultdict(float)}
         self._counts = {"train": defaultdict(int), "eval": defaultdict(int)}
 

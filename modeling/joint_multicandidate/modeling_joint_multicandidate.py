@@ -65,7 +65,7 @@ from .joint_layout import IGNORE_INDEX
 # Imported so that the pipeline file is saved with the model (transformers ships a model file's relative imports);
 # ``config.custom_pipelines`` points at it.
 from .pipeline_joint_multicandidate import JointRankingPipeline
-from .pretraining_heads import SSPPretrainingOutput, masked_lm_loss
+from .pretraining_heads import SSPPretrainingOutput, masked_lm_loss, masked_mean
 from .unpadding import unpadded_encode, wants_unpadded
 
 PIPELINE_TASKS = {True: "joint-ranking", False: "joint-classification"}  # keyed by config.candidate_head
@@ -274,6 +274,11 @@ class JointMultiCandidateMixin(TokenTypeGrowthMixin):
                 f"got {tuple(labels.shape)}"
             )
         active = (labels != IGNORE_INDEX) & filled[:, 1:].to(labels.device)
+        if torch.compiler.is_compiling():  # one graph: no branch on the data (a batch with no label gives 0)
+            values, targets = logits.float().masked_fill(~active, 0.0), labels.clamp(min=0).float()
+            losses = nn.functional.binary_cross_entropy_with_logits(values, targets, reduction="none")
+            correct = ((values > 0).float() == targets).float()
+            return masked_mean(losses, active), masked_mean(correct, active).detach()
         if not active.any():
             return None, None
         selected, targets = logits[active].float(), labels[active].float()
@@ -421,7 +426,9 @@ class JointPretrainingForward:
             )
         elif self.config.return_mlm_logits:
             mlm_logits = self._mlm_head(hidden)
-        if sentence_labels is not None:
+        # Compiled, the MLM-only ablation (mspp_weight 0) computes no MSPP loss, as eager mode does with its -100 labels.
+        ablated = torch.compiler.is_compiling() and self.config.mspp_weight == 0
+        if sentence_labels is not None and not ablated:
             cls_loss, cls_accuracy = self.candidate_loss(cls_logits, sentence_labels, filled)
         total = None
         for weight, loss in ((self.config.mlm_weight, mlm_loss), (self.config.mspp_weight, cls_loss)):

@@ -45,7 +45,7 @@ from transformers.models.roberta.modeling_roberta import (
 
 from .configuration_ssp_pretraining import SSPBertConfig, SSPElectraConfig, SSPRobertaConfig
 from .hub_common import TokenTypeGrowthMixin, infer_token_type_ids
-from .pretraining_heads import SSPPretrainingOutput, masked_lm_loss
+from .pretraining_heads import SSPPretrainingOutput, masked_lm_loss, masked_mean
 from .unpadding import token_index, unpadded_encode, wants_unpadded
 
 
@@ -98,6 +98,8 @@ class SSPPretrainingMixin(TokenTypeGrowthMixin):
         """
         labels = sentence_labels.to(logits.device).view(-1).long()
         active = labels != -100
+        if torch.compiler.is_compiling():  # one graph: no branch on the data (a batch with no label gives 0)
+            return self._compiled_sentence_loss(logits, labels, active)
         if not active.any():
             return None, None
         logits, labels = logits[active], labels[active]
@@ -109,6 +111,21 @@ class SSPPretrainingMixin(TokenTypeGrowthMixin):
             predictions = logits.argmax(-1)
         accuracy = (predictions == labels).float().mean().detach()
         return loss, accuracy
+
+    def _compiled_sentence_loss(self, logits, labels, active):
+        """:meth:`_sentence_loss` as masked means over every item (``torch.compile``)."""
+        if self.config.cls_weight == 0:  # the MLM-only ablation: no sentence loss, as in eager mode
+            return None, None
+        targets = labels.clamp(min=0)
+        if logits.shape[-1] == 1:
+            values = logits.view(-1).float()
+            losses = nn.functional.binary_cross_entropy_with_logits(values, targets.float(), reduction="none")
+            predictions = (values > 0).long()
+        else:
+            losses = nn.functional.cross_entropy(logits.float(), targets, reduction="none")
+            predictions = logits.argmax(-1)
+        correct = (predictions == labels).float()
+        return masked_mean(losses, active), masked_mean(correct, active).detach()
 
     def _weighted_sum(self, **components) -> torch.Tensor | None:
         """``sum(config.<name>_weight * loss)`` over the given losses; None when none was computed."""
@@ -393,7 +410,7 @@ class ElectraForSSPPretraining(SSPPretrainingMixin, ElectraPreTrainedModel):
     def sample(self, logits: torch.Tensor) -> torch.Tensor:
         """Draw one token per row of ``logits`` (``config.sampling`` at ``config.generator_temperature``)."""
         logits = logits.float() / self.config.generator_temperature
-        if logits.shape[0] == 0:
+        if not torch.compiler.is_compiling() and logits.shape[0] == 0:  # (multinomial draws none from 0 rows too)
             return logits.new_zeros(0, dtype=torch.long)
         if self.config.sampling == "gumbel":
             uniform = torch.rand_like(logits).clamp_(1e-9, 1.0 - 1e-9)

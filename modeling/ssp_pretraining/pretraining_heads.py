@@ -48,13 +48,21 @@ def masked_lm_loss(
     """Cross-entropy over positions whose label is not -100; returns (loss, full logits or None, masked logits).
 
     Unless ``full_logits``, the head only runs on the masked rows (~15% of the tokens), which avoids materialising a
-    ``(batch, length, vocab)`` tensor. A batch without masked tokens gives a zero loss that keeps the graph.
+    ``(batch, length, vocab)`` tensor. A batch without masked tokens gives a zero loss that keeps the graph. The sum
+    divided by the count (at least 1) is the mean without a branch on the data, which ``torch.compile`` could not
+    trace.
     """
     labels = labels.to(hidden_states.device)
     selected = labels != -100
     logits = head(hidden_states) if full_logits else None
     masked_logits = logits[selected] if full_logits else head(hidden_states[selected])
-    if masked_logits.shape[0] == 0:
-        return masked_logits.sum() * 0.0, logits, masked_logits
-    loss = nn.functional.cross_entropy(masked_logits.view(-1, vocab_size).float(), labels[selected])
-    return loss, logits, masked_logits
+    total = nn.functional.cross_entropy(masked_logits.view(-1, vocab_size).float(), labels[selected], reduction="sum")
+    return total / selected.sum().clamp(min=1), logits, masked_logits
+
+
+def masked_mean(values: torch.Tensor, active: torch.Tensor) -> torch.Tensor:
+    """Mean of ``values`` where ``active``, 0 where nothing is: no data-dependent shape or branch, so that
+    ``torch.compile`` traces it in one graph (the eager forwards select the active items and return None for none).
+    """
+    weights = active.to(values.dtype)
+    return (values * weights).sum() / weights.sum().clamp(min=1)
