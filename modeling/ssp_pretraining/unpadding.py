@@ -63,7 +63,7 @@ def gather_rows(source: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
 
 def scatter_rows(packed: torch.Tensor, index: torch.Tensor, rows: int) -> torch.Tensor:
     """A ``(rows, ...)`` tensor of zeros with ``packed`` at rows ``index`` (the inverse of :func:`gather_rows`)."""
-    return packed.new_zeros(rows, *packed.shape[1:]).index_copy(0, index, packed)
+    return packed.new_zeros(rows, *packed.shape[1:]).index_copy_(0, index, packed)  # in place: no copy of the zeros
 
 
 def token_index(attention_mask: torch.Tensor) -> torch.Tensor:
