@@ -1,0 +1,386 @@
+"""CPU pre-training throughput in real (non-padding) tokens per second: the padded pass, the unpadded pass
+(``config.unpadded``), packed rows, and both passes compiled (``torch.compile``, inductor), at 128 and 256 tokens.
+
+The model is ``BertForSSPPretraining`` continued from all-MiniLM-L6-v2 (6 layers x 384, vocabulary 30,522; the MLM
+head is new), DSLC triplets of the embedded corpus (Python's docs) tokenized by MiniLM's tokenizer and masked by
+``PretrainingCollator`` (15%), as ``run_pretrain.py --objective dslc`` trains it, in fp32. One step = forward +
+backward + ``torch.optim.AdamW`` step. Every system starts from the same weights and trains on the same sequence of
+batches (``--batches`` distinct batches, cycled); the systems' steps are interleaved (the order rotates each round) so
+that the load of this shared machine falls on all of them alike, and the medians are compared.
+
+Systems:
+
+- ``padded``: today's eager step; batches padded to a multiple of 8 (``run_pretrain.py``'s collator);
+- ``unpadded``: the same batches, ``config.unpadded=True``: the dense layers compute the real tokens only;
+- ``packed``: the alternative to unpadding: the batch's examples packed first-fit into rows of the sequence length,
+  attention kept inside each example (a block-diagonal mask, positions restarting per example), the stock layers on
+  the packed rows (padding only at the rows' ends); the heads read each example's first token and masked tokens;
+- ``padded_compiled`` / ``unpadded_compiled``: ``torch.compile`` (inductor) of the two passes on the batches of
+  ``run_pretrain.py --torch_compile`` (padded to the sequence length: one shape); the first step (the compile) is
+  reported apart.
+
+Before timing, the losses of every system on one batch (dropout off) are checked against the padded pass's.
+
+Usage::
+
+    python benchmarks/bench_unpadded_pretrain.py                      # ~45 min on 2 loaded cores, cold compile cache
+    python benchmarks/bench_unpadded_pretrain.py --seq_lengths 64 --batch_size 4 --steps 2 --warmup 1 \\
+        --systems padded,unpadded,packed --results /tmp/unpadded_smoke.json    # smoke
+
+Writes ``benchmarks/results/unpadded_pretrain_cpu.json``.
+"""
+
+import argparse
+import copy
+import logging
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_gpu_pretrain import documents, dslc_examples  # noqa: E402
+from bench_utils import RESULTS_DIR, format_table, machine_info, minilm_path, now_iso, write_json  # noqa: E402
+
+logger = logging.getLogger("bench_unpadded_pretrain")
+SYSTEMS = ("padded", "unpadded", "packed", "padded_compiled", "unpadded_compiled")
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--systems", default=",".join(SYSTEMS))
+    parser.add_argument("--seq_lengths", default="128,256")
+    parser.add_argument("--batch_size", type=int, default=16)
+    parser.add_argument("--batches", type=int, default=4, help="distinct batches, cycled over the steps")
+    parser.add_argument("--steps", type=int, default=8, help="timed steps per system and length")
+    parser.add_argument("--warmup", type=int, default=2, help="untimed steps first (a compiled system compiles)")
+    parser.add_argument("--threads", type=int, default=1, help="torch threads (cpu_learn runs use 1)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--results", default=str(RESULTS_DIR / "unpadded_pretrain_cpu.json"))
+    args = parser.parse_args(argv)
+    args.systems = [name.strip() for name in args.systems.split(",") if name.strip()]
+    unknown = set(args.systems) - set(SYSTEMS)
+    if unknown:
+        parser.error(f"--systems: unknown {sorted(unknown)}, use {list(SYSTEMS)}")
+    if "padded" not in args.systems:
+        parser.error("--systems must include padded (the reference of every ratio and of the loss check)")
+    args.seq_lengths = [int(value) for value in args.seq_lengths.split(",")]
+    return args
+
+
+def git_commit() -> str | None:
+    """The checkout's commit, with ``-dirty`` when the working tree differs from it."""
+    root = Path(__file__).resolve().parents[1]
+    try:
+        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, check=True)
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root, capture_output=True)
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    return commit.stdout.strip() + ("-dirty" if dirty.stdout.strip() else "")
+
+
+def lscpu() -> dict:
+    """``lscpu``'s model name, flags and caches (the CPU kernels' paths depend on the flags: AVX2, AVX-512, AMX)."""
+    try:
+        output = subprocess.run(["lscpu"], capture_output=True, text=True, check=True).stdout
+    except (OSError, subprocess.CalledProcessError):
+        return {}
+    fields = dict(line.split(":", 1) for line in output.splitlines() if ":" in line)
+    keep = ("Model name", "CPU(s)", "Thread(s) per core", "Flags", "L2 cache", "L3 cache", "Hypervisor vendor")
+    return {key: fields[key].strip() for key in keep if key in fields}
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Batches
+
+
+def make_batches(tokenizer, examples, seq: int, args, pad_to_multiple_of: int) -> list[dict]:
+    from as2hub.data_collators import PretrainingCollator
+
+    collator = PretrainingCollator(
+        tokenizer, max_length=seq, num_token_types=3, pad_to_multiple_of=pad_to_multiple_of, seed=args.seed
+    )
+    size = args.batch_size
+    return [collator(examples[index * size : (index + 1) * size]) for index in range(args.batches)]
+
+
+def pack(batch: dict, length: int, pad_token_id: int) -> dict:
+    """The batch's examples packed first-fit (longest first) into rows of ``length`` tokens, each attending only to
+    itself: an additive ``(rows, 1, length, length)`` block-diagonal mask, positions restarting at every example."""
+    lengths = batch["attention_mask"].sum(1).tolist()
+    bins: list[list[int]] = []
+    fills: list[int] = []
+    for index in sorted(range(len(lengths)), key=lambda i: -lengths[i]):
+        for slot, fill in enumerate(fills):
+            if fill + lengths[index] <= length:
+                bins[slot].append(index)
+                fills[slot] += lengths[index]
+                break
+        else:
+            bins.append([index])
+            fills.append(lengths[index])
+    rows = len(bins)
+    ids = torch.full((rows, length), pad_token_id, dtype=torch.long)
+    types = torch.zeros_like(ids)
+    positions = torch.zeros_like(ids)
+    labels = torch.full_like(ids, -100)
+    example = torch.full_like(ids, -1)
+    starts = torch.zeros(len(lengths), dtype=torch.long)
+    for row, members in enumerate(bins):
+        offset = 0
+        for index in members:
+            n = lengths[index]
+            span = slice(offset, offset + n)
+            ids[row, span] = batch["input_ids"][index, :n]
+            types[row, span] = batch["token_type_ids"][index, :n]
+            labels[row, span] = batch["labels"][index, :n]
+            positions[row, span] = torch.arange(n)
+            example[row, span] = index
+            starts[index] = row * length + offset
+            offset += n
+    allowed = (example[:, :, None] == example[:, None, :]) & (example[:, None, :] >= 0)
+    mask = torch.zeros(allowed.shape, dtype=torch.float32).masked_fill(~allowed, torch.finfo(torch.float32).min)
+    return {
+        "input_ids": ids,
+        "token_type_ids": types,
+        "position_ids": positions,
+        "attention_mask": mask[:, None],
+        "labels": labels,
+        "starts": starts,
+        "sentence_labels": batch["sentence_labels"],
+        "real_tokens": int(sum(lengths)),
+    }
+
+
+def packed_loss(model, packed: dict) -> torch.Tensor:
+    """The padded model's loss (MLM on the masked tokens + the sentence head on each example's pooled first token)
+    computed on packed rows by the stock encoder."""
+    from as2hub.modeling.ssp_pretraining.pretraining_heads import masked_lm_loss
+
+    hidden = model.bert(
+        packed["input_ids"],
+        attention_mask=packed["attention_mask"],
+        token_type_ids=packed["token_type_ids"],
+        position_ids=packed["position_ids"],
+        return_dict=True,
+    ).last_hidden_state
+    mlm_loss, _, _ = masked_lm_loss(hidden, packed["labels"], model.cls, model.config.vocab_size, False)
+    first = hidden.reshape(-1, hidden.shape[-1])[packed["starts"]]
+    cls_logits = model.classifier(model.dropout(model.bert.pooler(first[:, None, :])))
+    cls_loss, _ = model._sentence_loss(cls_logits, packed["sentence_labels"])
+    return model._weighted_sum(mlm=mlm_loss, cls=cls_loss)
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Systems
+
+
+class System:
+    """One model copy, its optimizer and its batches; ``step()`` trains on the next batch and returns its real
+    tokens."""
+
+    def __init__(self, name: str, model, batches: list[dict], pad_token_id: int, seq: int):
+        self.name = name
+        self.model = model.train()
+        self.optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=0.01)
+        self.forward = model
+        if name.endswith("_compiled"):
+            self.forward = torch.compile(model)
+        if name == "packed":
+            self.batches = [pack(batch, seq, pad_token_id) for batch in batches]
+        else:
+            self.batches = batches
+        self.index = 0
+        self.times: list[float] = []
+        self.optimizer_times: list[float] = []
+        self.first_step_s: float | None = None
+
+    def loss(self, batch) -> torch.Tensor:
+        if self.name == "packed":
+            return packed_loss(self.model, batch)
+        inputs = {key: batch[key] for key in ("input_ids", "attention_mask", "token_type_ids", "labels")}
+        return self.forward(**inputs, sentence_labels=batch["sentence_labels"]).loss
+
+    def step(self) -> float:
+        batch = self.batches[self.index % len(self.batches)]
+        self.index += 1
+        begin = time.perf_counter()
+        loss = self.loss(batch)
+        loss.backward()
+        middle = time.perf_counter()
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        end = time.perf_counter()
+        self.last_optimizer_s = end - middle  # the same work in every system (all weights, AdamW)
+        return end - begin
+
+    def real_tokens(self) -> list[int]:
+        return [int(b["real_tokens"]) if "real_tokens" in b else int(b["attention_mask"].sum()) for b in self.batches]
+
+    def computed_positions(self) -> int:
+        """Positions the dense layers compute over the batches: padded layout, packed rows, or the real tokens."""
+        if self.name.startswith("unpadded"):
+            return sum(self.real_tokens())
+        return sum(batch["input_ids"].numel() for batch in self.batches)
+
+
+def set_dropout(model, p: float) -> dict:
+    saved = {}
+    for name, module in model.named_modules():
+        if isinstance(module, torch.nn.Dropout):
+            saved[name] = module.p
+            module.p = p
+    return saved
+
+
+def restore_dropout(model, saved: dict) -> None:
+    for name, module in model.named_modules():
+        if name in saved:
+            module.p = saved[name]
+
+
+def check_losses(systems: dict[str, System]) -> dict:
+    """Training-mode losses (dropout off) of every system on its first batch, against the padded pass's."""
+    out = {}
+    for name, system in systems.items():
+        saved, forward = set_dropout(system.model, 0.0), system.forward
+        system.forward = system.model  # a compiled system's own model: no compile for a no-grad graph
+        with torch.no_grad():
+            out[name] = float(system.loss(system.batches[0]))
+        system.forward = forward
+        restore_dropout(system.model, saved)
+    reference = out["padded"]
+    return {"losses": out, "max_abs_difference": max(abs(value - reference) for value in out.values())}
+
+
+def run_length(seq: int, base_model, tokenizer, examples, args) -> dict:
+    eager_batches = make_batches(tokenizer, examples, seq, args, pad_to_multiple_of=8)
+    fixed_batches = make_batches(tokenizer, examples, seq, args, pad_to_multiple_of=seq)
+    systems = {}
+    for name in args.systems:
+        model = copy.deepcopy(base_model)
+        model.config.unpadded = name.startswith("unpadded")
+        batches = fixed_batches if name.endswith("_compiled") else eager_batches
+        systems[name] = System(name, model, batches, tokenizer.pad_token_id, seq)
+    check = check_losses(systems)
+    logger.info("seq %d: loss check %s", seq, check)
+    loads = []
+    for round_index in range(args.warmup + args.steps):
+        names = list(systems)
+        shift = round_index % len(names)
+        for name in names[shift:] + names[:shift]:
+            elapsed = systems[name].step()
+            if round_index == 0:
+                systems[name].first_step_s = elapsed
+            if round_index >= args.warmup:
+                systems[name].times.append(elapsed)
+                systems[name].optimizer_times.append(systems[name].last_optimizer_s)
+        loads.append(os.getloadavg()[0])
+        logger.info(
+            "seq %d round %d/%d: %s (load %.1f)",
+            seq,
+            round_index + 1,
+            args.warmup + args.steps,
+            {
+                name: round(system.times[-1] if system.times else system.first_step_s, 2)
+                for name, system in systems.items()
+            },
+            loads[-1],
+        )
+    padded_positions = sum(batch["input_ids"].numel() for batch in eager_batches)
+    real = sum(int(batch["attention_mask"].sum()) for batch in eager_batches)
+    record = {
+        "seq_length": seq,
+        "batch_size": args.batch_size,
+        "real_tokens_per_batch": [int(batch["attention_mask"].sum()) for batch in eager_batches],
+        "padding_fraction_padded_to_8": 1 - real / padded_positions,
+        "padding_fraction_padded_to_length": 1 - real / sum(b["input_ids"].numel() for b in fixed_batches),
+        "masked_tokens_per_batch": [int((batch["labels"] != -100).sum()) for batch in eager_batches],
+        "loss_check_dropout_off": check,
+        "load_average_1min_per_round": loads,
+        "systems": {},
+    }
+    for name, system in systems.items():
+        median = statistics.median(system.times)
+        tokens = statistics.mean(system.real_tokens())
+        record["systems"][name] = {
+            "median_s": median,
+            "p25_s": statistics.quantiles(system.times, n=4)[0] if len(system.times) > 1 else median,
+            "p75_s": statistics.quantiles(system.times, n=4)[2] if len(system.times) > 1 else median,
+            "times_s": system.times,
+            "first_step_s": system.first_step_s,
+            "median_optimizer_s": statistics.median(system.optimizer_times),
+            "median_forward_backward_s": statistics.median(
+                total - optimizer for total, optimizer in zip(system.times, system.optimizer_times)
+            ),
+            "real_tokens_per_s": tokens / median,
+            "dense_padding_fraction": 1 - sum(system.real_tokens()) / system.computed_positions(),
+        }
+    reference = record["systems"]["padded"]
+    for result in record["systems"].values():
+        result["speedup_vs_padded"] = result["real_tokens_per_s"] / reference["real_tokens_per_s"]
+        result["forward_backward_speedup_vs_padded"] = (
+            reference["median_forward_backward_s"] / result["median_forward_backward_s"]
+        )
+    return record
+
+
+def main(argv=None) -> dict:
+    args = parse_args(argv)
+    logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(args.seed)
+    from transformers import AutoTokenizer
+
+    from as2hub.modeling.ssp_pretraining import BertForSSPPretraining
+    from as2hub.training.trainers import allow_data_dependent_shapes
+
+    allow_data_dependent_shapes()  # what SSPTrainer sets for --torch_compile
+    folder = minilm_path()
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    base_model = BertForSSPPretraining.from_pretrained(folder, num_segments=3)
+    docs = documents(None)
+    examples = dslc_examples(docs, args.batch_size * args.batches, args.seed)
+    report = {
+        "benchmark": "unpadded_pretrain_cpu",
+        "date": now_iso(),
+        "machine": machine_info(),
+        "lscpu": lscpu(),
+        "threads": args.threads,
+        "commit": git_commit(),
+        "model": "BertForSSPPretraining from all-MiniLM-L6-v2 (6 x 384, 12 heads, FFN 1536, vocab 30,522), DSLC, fp32",
+        "settings": {key: value for key, value in vars(args).items() if key != "results"},
+        "lengths": {},
+    }
+    for seq in args.seq_lengths:
+        report["lengths"][seq] = run_length(seq, base_model, tokenizer, examples, args)
+        write_json(args.results, report)
+    report["date_finished"] = now_iso()
+    report["load_average_at_end"] = list(os.getloadavg())
+    write_json(args.results, report)
+
+    rows = []
+    for seq, record in report["lengths"].items():
+        for name, system in record["systems"].items():
+            rows.append([
+                seq, name, f"{system['dense_padding_fraction']:.1%}", f"{system['median_s'] * 1000:,.0f}",
+                f"{system['real_tokens_per_s']:,.0f}", f"{system['speedup_vs_padded']:.2f}x",
+                f"{system['forward_backward_speedup_vs_padded']:.2f}x", f"{system['first_step_s']:.1f}",
+            ])  # fmt: skip
+    print(
+        f"\n{report['lscpu'].get('Model name', 'CPU')}, {args.threads} threads, load average "
+        f"{report['machine']['load_average_at_start'][0]:.1f} -> {report['load_average_at_end'][0]:.1f}; "
+        f"batch {args.batch_size}, median of {args.steps} steps after {args.warmup}"
+    )
+    print(format_table(["seq", "system", "dense-layer padding", "ms/step", "real tokens/s", "vs padded",
+                        "fwd+bwd vs padded", "first step s"], rows))  # fmt: skip
+    print(f"wrote {args.results}")
+    return report
+
+
+if __name__ == "__main__":
+    sys.exit(main() and 0)
