@@ -110,19 +110,32 @@ def test_ssp_unpadded_step_equals_the_padded_step(model_class, padding, monkeypa
     assert_same_step(padded_run, unpadded_run, batch["attention_mask"].bool(), keys)
 
 
+@pytest.mark.parametrize("layout", ["per_example", "padded"])
 @pytest.mark.parametrize("model_class", SSP, ids=lambda c: c.__name__)
-def test_every_token_gets_its_own_rows_hidden_state(model_class):
-    """The encoder alone: at every real token the stock padded pass's hidden state, zeros at the padding."""
+def test_every_token_gets_its_own_rows_hidden_state(model_class, layout):
+    """The encoder alone, with either attention layout: at every real token the stock padded pass's hidden state,
+    zeros at the padding."""
     model = tiny(model_class).train()
     batch = ssp_batch(model_class, "heavy")
     inputs = {key: batch[key] for key in ("input_ids", "attention_mask", "token_type_ids")}
     encoders = [model.base_model] + ([model.generator] if model_class is ElectraForSSPPretraining else [])
     real = batch["attention_mask"].bool()
+    plan = unpadding.unpadded_batch(batch["attention_mask"], layout=layout)
+    assert (plan.sizes is not None) == (layout == "per_example")
     for encoder in encoders:
         expected = encoder(**inputs).last_hidden_state
-        actual = unpadding.unpadded_encode(encoder, **inputs).last_hidden_state
+        actual = unpadding.unpadded_encode(encoder, **inputs, plan=plan).last_hidden_state
         torch.testing.assert_close(actual[real], expected[real], **CLOSE)
         assert actual[~real].eq(0).all()
+
+
+def test_the_attention_layout_is_per_example_in_eager_cpu_steps_and_padded_when_compiling(monkeypatch):
+    mask = ssp_batch(BertForSSPPretraining, "heavy")["attention_mask"]
+    assert unpadding.unpadded_batch(mask).sizes == ROW_LENGTHS["heavy"]
+    monkeypatch.setattr(torch.compiler, "is_compiling", lambda: True)
+    assert unpadding.unpadded_batch(mask).sizes is None
+    with pytest.raises(ValueError, match="attention layout"):
+        unpadding.unpadded_batch(mask, layout="nested")
 
 
 K, L = 3, 8
@@ -197,6 +210,24 @@ def test_mspp_unpadded_step_equals_the_padded_step(backbone, attention, padding)
         batch["attention_mask"].bool(),
         ["loss", "mlm_loss", "cls_loss", "cls_logits", "mlm_logits", "cls_accuracy"],
     )
+
+
+PADDED_LAYOUT_CASES = [*SSP, "joint-bert-own_slot", "joint-roberta-all"]
+
+
+@pytest.mark.parametrize("case", PADDED_LAYOUT_CASES, ids=lambda c: getattr(c, "__name__", c))
+def test_padded_attention_layout_gives_the_same_step(case, monkeypatch):
+    """The layout compiled steps and GPUs take (``ATTENTION_LAYOUT="padded"``), in eager mode: the same step too."""
+    monkeypatch.setattr(unpadding, "ATTENTION_LAYOUT", "padded")
+    if isinstance(case, str):
+        _, backbone, attention = case.split("-")
+        padded, unpadded = twins(lambda flag: joint_model(backbone, attention, flag))
+        batch = joint_batch("heavy", JOINT_BACKBONES[backbone][1])
+    else:
+        padded, unpadded = twins(lambda flag: tiny(case, unpadded=flag, return_mlm_logits=True))
+        batch = ssp_batch(case, "heavy")
+    keys = ["loss", "mlm_loss", "cls_loss", "cls_logits", "mlm_logits"]
+    assert_same_step(run(padded, batch), run(unpadded, batch), batch["attention_mask"].bool(), keys)
 
 
 def test_evaluation_and_layer_outputs_keep_the_padded_pass(monkeypatch):

@@ -46,7 +46,7 @@ from transformers.models.roberta.modeling_roberta import (
 from .configuration_ssp_pretraining import SSPBertConfig, SSPElectraConfig, SSPRobertaConfig
 from .hub_common import TokenTypeGrowthMixin, infer_token_type_ids
 from .pretraining_heads import SSPPretrainingOutput, masked_lm_loss, masked_mean
-from .unpadding import token_index, unpadded_encode, wants_unpadded
+from .unpadding import unpadded_batch, unpadded_encode, wants_unpadded
 
 
 class SSPPretrainingMixin(TokenTypeGrowthMixin):
@@ -65,13 +65,13 @@ class SSPPretrainingMixin(TokenTypeGrowthMixin):
         token_type_ids,
         position_ids,
         inputs_embeds=None,
-        index=None,
+        plan=None,
         **kwargs,
     ):
         """``encoder``'s outputs: the unpadded pass (``config.unpadded``, training) or the stock one."""
         if wants_unpadded(self, attention_mask, kwargs):
             return unpadded_encode(
-                encoder, input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, index=index
+                encoder, input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, plan=plan
             )
         return encoder(
             input_ids,
@@ -359,12 +359,12 @@ class ElectraForSSPPretraining(SSPPretrainingMixin, ElectraPreTrainedModel):
         token_type_ids = self._token_type_ids(input_ids, token_type_ids, attention_mask)
         mlm_loss = mlm_logits = rtd_labels = None
         discriminator_inputs = input_ids
-        # The unpadded pass: one token index for the generator and the discriminator.
-        index = token_index(attention_mask) if wants_unpadded(self, attention_mask, kwargs) else None
+        # The unpadded pass: where the tokens are, found once for the generator and the discriminator.
+        plan = unpadded_batch(attention_mask) if wants_unpadded(self, attention_mask, kwargs) else None
         if labels is not None:
             labels = labels.to(input_ids.device)
             generator_hidden = self._encoder_outputs(
-                self.generator, input_ids, attention_mask, token_type_ids, position_ids, index=index
+                self.generator, input_ids, attention_mask, token_type_ids, position_ids, plan=plan
             ).last_hidden_state
             mlm_loss, mlm_logits, masked_logits = masked_lm_loss(
                 generator_hidden, labels, self._generator_head, self.config.vocab_size, self.config.return_mlm_logits
@@ -375,7 +375,7 @@ class ElectraForSSPPretraining(SSPPretrainingMixin, ElectraPreTrainedModel):
             original = torch.where(masked, labels, input_ids)
             rtd_labels = (discriminator_inputs != original).long()
         outputs = self._encoder_outputs(
-            self.electra, discriminator_inputs, attention_mask, token_type_ids, position_ids, index=index, **kwargs
+            self.electra, discriminator_inputs, attention_mask, token_type_ids, position_ids, plan=plan, **kwargs
         )
         hidden = outputs.last_hidden_state
         rtd_logits = self.discriminator_predictions(hidden)

@@ -21,6 +21,8 @@ and ``capture_scalar_outputs`` to ``True`` (as2hub's trainer does with ``--torch
 graph around it.
 """
 
+from dataclasses import dataclass
+
 import torch
 from torch import nn
 from transformers.modeling_outputs import BaseModelOutputWithPooling
@@ -67,7 +69,7 @@ def scatter_rows(packed: torch.Tensor, index: torch.Tensor, rows: int) -> torch.
 
 
 def token_index(attention_mask: torch.Tensor) -> torch.Tensor:
-    """Flat positions (into ``batch * length``) of the tokens whose mask is not 0, in order."""
+    """Flat positions (into ``batch * length``) of the tokens whose mask is not 0, row by row."""
     return attention_mask.reshape(-1).nonzero().squeeze(-1)
 
 
@@ -77,6 +79,53 @@ def key_padding_pattern(attention_mask: torch.Tensor) -> torch.Tensor:
     keys = attention_mask.bool()
     keys = keys | ~keys.any(-1, keepdim=True)
     return keys[:, None, None, :]
+
+
+# How a layer attends over the gathered tokens: "padded" scatters them into the (batch, length) layout for one
+# attention call over every row; "per_example" attends within each example's own tokens, one call per example, with
+# no padding at all (the least work; a Python loop over the batch); "auto" takes "per_example" on the CPU in eager
+# mode (batches of tens of examples, where attention over the padding costs as much as the dense layers' savings at
+# 256 tokens) and "padded" otherwise (torch.compile, which would specialise on every example's length; GPUs, where a
+# call per example costs more than it saves).
+ATTENTION_LAYOUTS = ("auto", "padded", "per_example")
+ATTENTION_LAYOUT = "auto"
+
+
+@dataclass
+class UnpaddedBatch:
+    """Where a batch's tokens are, computed once per batch and shared by the encoders that read it."""
+
+    index: torch.Tensor  # flat positions of the tokens, row by row
+    batch: int
+    length: int
+    pattern: torch.Tensor  # boolean (batch, 1, 1 or length, length): which keys a query attends to
+    sizes: list[int] | None = None  # "per_example": tokens of each row
+    patterns: list[torch.Tensor | None] | None = None  # "per_example": each row's pattern over its own tokens
+
+
+def unpadded_batch(
+    attention_mask: torch.Tensor, pattern: torch.Tensor | None = None, layout: str | None = None
+) -> UnpaddedBatch:
+    """The :class:`UnpaddedBatch` of a ``(batch, length)`` padding mask; ``pattern`` as in :func:`unpadded_encode`;
+    ``layout`` one of :data:`ATTENTION_LAYOUTS` (default: :data:`ATTENTION_LAYOUT`)."""
+    layout = layout or ATTENTION_LAYOUT
+    if layout not in ATTENTION_LAYOUTS:
+        raise ValueError(f"attention layout must be one of {ATTENTION_LAYOUTS}, got {layout!r}")
+    if layout == "auto":
+        eager_cpu = attention_mask.device.type == "cpu" and not torch.compiler.is_compiling()
+        layout = "per_example" if eager_cpu else "padded"
+    batch, length = attention_mask.shape
+    keep = attention_mask.bool()
+    plan = UnpaddedBatch(
+        token_index(attention_mask), batch, length, key_padding_pattern(attention_mask) if pattern is None else pattern
+    )
+    if layout == "per_example":
+        plan.sizes = keep.sum(1).tolist()
+        if pattern is None:
+            plan.patterns = [None] * batch
+        else:  # each row's pattern between its own tokens
+            plan.patterns = [pattern[row][:, keep[row]][:, :, keep[row]] for row in range(batch)]
+    return plan
 
 
 def _check_layer(layer: nn.Module) -> None:
@@ -89,31 +138,42 @@ def _check_layer(layer: nn.Module) -> None:
         )
 
 
-def unpadded_layer(
-    layer: nn.Module, hidden: torch.Tensor, index: torch.Tensor, batch: int, length: int, pattern: torch.Tensor
-) -> torch.Tensor:
-    """One encoder layer on ``hidden``, the ``(tokens, hidden)`` real tokens at flat positions ``index``.
+def _attend(qkv: torch.Tensor, plan: UnpaddedBatch, heads: int, head_size: int, dropout: float, scale: float):
+    """Attention of the gathered ``(tokens, 3 * heads * head_size)`` queries, keys and values -> ``(tokens, heads *
+    head_size)``."""
 
-    ``pattern``: boolean ``(batch, 1, 1 or length, length)``, True where a query may attend to a key.
-    """
+    def attend(query, key, value, mask):
+        return nn.functional.scaled_dot_product_attention(
+            query, key, value, attn_mask=mask, dropout_p=dropout, scale=scale
+        )
+
+    if plan.sizes is not None:  # per example: (1, heads, its tokens, head_size) each, no padding
+        outputs = []
+        for chunk, mask in zip(qkv.split(plan.sizes), plan.patterns):
+            if chunk.shape[0] == 0:
+                continue
+            query, key, value = chunk.view(1, -1, 3, heads, head_size).permute(2, 0, 3, 1, 4).unbind(0)
+            context = attend(query, key, value, None if mask is None else mask[None])
+            outputs.append(context.transpose(1, 2).reshape(-1, heads * head_size))
+        return torch.cat(outputs)
+    batch, length = plan.batch, plan.length
+    padded = scatter_rows(qkv, plan.index, batch * length).view(batch, length, 3, heads, head_size)
+    query, key, value = padded.permute(2, 0, 3, 1, 4).unbind(0)  # each (batch, heads, length, head_size)
+    context = attend(query, key, value, plan.pattern)
+    return gather_rows(context.transpose(1, 2).reshape(batch * length, heads * head_size), plan.index)
+
+
+def unpadded_layer(layer: nn.Module, hidden: torch.Tensor, plan: UnpaddedBatch) -> torch.Tensor:
+    """One encoder layer on ``hidden``, the ``(tokens, hidden)`` gathered tokens of ``plan``."""
     attention = layer.attention.self
     heads, head_size = attention.num_attention_heads, attention.attention_head_size
     projections = (attention.query, attention.key, attention.value)
     weight = torch.cat([projection.weight for projection in projections])
     biases = [projection.bias for projection in projections]
     bias = torch.cat(biases) if all(b is not None for b in biases) else None
-    qkv = nn.functional.linear(hidden, weight, bias)  # (tokens, 3 * heads * head_size)
-    padded = scatter_rows(qkv, index, batch * length).view(batch, length, 3, heads, head_size)
-    query, key, value = padded.permute(2, 0, 3, 1, 4).unbind(0)  # each (batch, heads, length, head_size)
-    context = nn.functional.scaled_dot_product_attention(
-        query,
-        key,
-        value,
-        attn_mask=pattern,
-        dropout_p=attention.dropout.p if layer.training else 0.0,
-        scale=getattr(attention, "scaling", head_size**-0.5),
-    )
-    context = gather_rows(context.transpose(1, 2).reshape(batch * length, heads * head_size), index)
+    qkv = nn.functional.linear(hidden, weight, bias)  # (tokens, 3 * heads * head_size): one product for the three
+    dropout = attention.dropout.p if layer.training else 0.0
+    context = _attend(qkv, plan, heads, head_size, dropout, getattr(attention, "scaling", head_size**-0.5))
     attention_output = layer.attention.output(context, hidden)
     return layer.output(layer.intermediate(attention_output), attention_output)
 
@@ -126,35 +186,33 @@ def unpadded_encode(
     position_ids: torch.Tensor | None = None,
     inputs_embeds: torch.Tensor | None = None,
     pattern: torch.Tensor | None = None,
-    index: torch.Tensor | None = None,
+    plan: UnpaddedBatch | None = None,
 ) -> BaseModelOutputWithPooling:
     """The encoder pass of a ``BertModel`` / ``RobertaModel`` / ``ElectraModel`` with the dense layers on the tokens
     whose ``attention_mask`` is not 0.
 
     ``pattern`` (boolean ``(batch, 1, length, length)``) replaces the key-padding attention pattern (the joint
-    model's own-slot pattern); ``index`` (:func:`token_index` of the mask) may be passed when several encoders share
-    one batch (ELECTRA's generator and discriminator). Returns ``last_hidden_state`` in the padded layout (zeros at
-    the padding) and, when the model has one, ``pooler_output``.
+    model's own-slot pattern); ``plan`` (:func:`unpadded_batch` of the mask and pattern) may be passed when several
+    encoders read one batch (ELECTRA's generator and discriminator). Returns ``last_hidden_state`` in the padded
+    layout (zeros at the padding) and, when the model has one, ``pooler_output``.
     """
     embeddings = base_model.embeddings(
         input_ids=input_ids, token_type_ids=token_type_ids, position_ids=position_ids, inputs_embeds=inputs_embeds
     )
     batch, length, _ = embeddings.shape
-    if index is None:
-        index = token_index(attention_mask)
-    if pattern is None:
-        pattern = key_padding_pattern(attention_mask)
-    hidden = gather_rows(embeddings.reshape(batch * length, -1), index)
+    if plan is None:
+        plan = unpadded_batch(attention_mask, pattern)
+    hidden = gather_rows(embeddings.reshape(batch * length, -1), plan.index)
     project = getattr(base_model, "embeddings_project", None)  # ELECTRA: embedding size -> hidden size
     if project is not None:
         hidden = project(hidden)
     for layer in base_model.encoder.layer:
         _check_layer(layer)
         if getattr(layer, "gradient_checkpointing", False) and layer.training and torch.is_grad_enabled():
-            hidden = layer._gradient_checkpointing_func(unpadded_layer, layer, hidden, index, batch, length, pattern)
+            hidden = layer._gradient_checkpointing_func(unpadded_layer, layer, hidden, plan)
         else:
-            hidden = unpadded_layer(layer, hidden, index, batch, length, pattern)
-    last_hidden_state = scatter_rows(hidden, index, batch * length).view(batch, length, -1)
+            hidden = unpadded_layer(layer, hidden, plan)
+    last_hidden_state = scatter_rows(hidden, plan.index, batch * length).view(batch, length, -1)
     pooler = getattr(base_model, "pooler", None)
     return BaseModelOutputWithPooling(
         last_hidden_state=last_hidden_state,
