@@ -11,7 +11,10 @@ that the load of this shared machine falls on all of them alike, and the medians
 Systems:
 
 - ``padded``: today's eager step; batches padded to a multiple of 8 (``run_pretrain.py``'s collator);
-- ``unpadded``: the same batches, ``config.unpadded=True``: the dense layers compute the real tokens only;
+- ``unpadded``: the same batches, ``config.unpadded=True``: the dense layers compute the real tokens only, attention
+  runs per example over its own tokens (``unpadding.ATTENTION_LAYOUT`` ``"auto"`` on the CPU in eager mode);
+- ``unpadded_padded_attention``: the same, attention in the padded layout (``ATTENTION_LAYOUT="padded"``: what a
+  compiled step and a GPU take);
 - ``packed``: the alternative to unpadding: the batch's examples packed first-fit into rows of the sequence length,
   attention kept inside each example (a block-diagonal mask, positions restarting per example), the stock layers on
   the packed rows (padding only at the rows' ends); the heads read each example's first token and masked tokens;
@@ -47,7 +50,7 @@ from bench_gpu_pretrain import documents, dslc_examples  # noqa: E402
 from bench_utils import RESULTS_DIR, format_table, machine_info, minilm_path, now_iso, write_json  # noqa: E402
 
 logger = logging.getLogger("bench_unpadded_pretrain")
-SYSTEMS = ("padded", "unpadded", "packed", "padded_compiled", "unpadded_compiled")
+SYSTEMS = ("padded", "unpadded", "unpadded_padded_attention", "packed", "padded_compiled", "unpadded_compiled")
 
 
 def parse_args(argv=None):
@@ -202,6 +205,9 @@ class System:
     def loss(self, batch) -> torch.Tensor:
         if self.name == "packed":
             return packed_loss(self.model, batch)
+        from as2hub.modeling.ssp_pretraining import unpadding
+
+        unpadding.ATTENTION_LAYOUT = "padded" if self.name == "unpadded_padded_attention" else "auto"
         inputs = {key: batch[key] for key in ("input_ids", "attention_mask", "token_type_ids", "labels")}
         return self.forward(**inputs, sentence_labels=batch["sentence_labels"]).loss
 
