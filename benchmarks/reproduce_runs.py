@@ -489,6 +489,9 @@ def pretrain_argv(cfg, pretraining, corpus: str, output_dir: Path, resume: str |
         "--logging_steps", str(max(1, min(50, steps // 20))),
         "--dataloader_num_workers", str(cfg.pretrain_workers),
         "--disable_tqdm", "True",
+        # The tables' runs keep the padded pass they started with (issue 48's seeds): the unpadded one (run_pretrain's
+        # default on the CPU since issue 52) computes the same losses but draws other dropout masks.
+        "--unpadded", "false",
     ]  # fmt: skip
     if joint:
         argv += ["--joint_head", pretraining.head, "--num_candidates", str(cfg.num_candidates),

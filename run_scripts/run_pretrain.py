@@ -75,7 +75,7 @@ from as2hub.training.pretraining_data import (  # noqa: F401
     tracks_positions,
     training_examples,
 )
-from as2hub.training.pretraining_models import build_model, build_tokenizer
+from as2hub.training.pretraining_models import build_model, build_tokenizer, default_unpadded
 from as2hub.training.resume import enable_exact_resume, interruption, train_or_keep_finished
 from as2hub.training.trainers import SSPTrainer
 
@@ -115,12 +115,13 @@ class PretrainModelArguments:
         default="global", metadata={"help": "--objective mspp: 'global' positions (the paper) or 'per_slot'."}
     )
     first_token_attention: str | None = first_token_attention_field("--objective mspp: ")
-    unpadded: bool = field(
-        default=False,
+    unpadded: bool | None = field(
+        default=None,
         metadata={
             "help": "Training steps run the encoder's dense layers (QKV, output projection, feed-forward) on the real "
-            "tokens only, padding left out; attention keeps the padded layout. Same weights, same losses; saved in "
-            "the config (config.unpadded), evaluation and scoring keep the padded pass."
+            "tokens only, padding left out (true or false). Same weights, same losses; saved in the config (config.unpadded); "
+            "evaluation and scoring keep the padded pass. Default: on when training on the CPU (faster there: "
+            "benchmarks/results/unpadded_pretrain_cpu.json), off on a GPU until measured there."
         },
     )
 
@@ -253,6 +254,7 @@ def main(argv: list[str] | None = None) -> dict:
         documents = load_corpus(data_args)
         train_documents, eval_documents = split_documents(documents, data_args.validation_fraction, training_args.seed)
     tokenizer = build_tokenizer(model_args, documents)
+    model_args.unpadded = default_unpadded(model_args.unpadded, training_args.device)
     model = build_model(model_args, tokenizer, objective)
     collator = pretraining_collator(data_args, tokenizer, model, objective, compiled=training_args.torch_compile)
     generation = generation_arguments(data_args, training_args.seed, model, objective)

@@ -113,7 +113,7 @@ def test_run_pretrain_with_torch_compile_has_no_graph_break(tmp_path):
         run_pretrain.main(
             ["--output_dir", str(out), "--max_steps", "3", "--per_device_train_batch_size", "8",
              "--tokenizer_vocab_size", "800", "--eval_strategy", "no", "--save_strategy", "no", "--max_length", "64",
-             "--torch_compile", "--torch_compile_backend", "aot_eager", "--unpadded"]
+             "--torch_compile", "--torch_compile_backend", "aot_eager", "--unpadded", "true"]
         )  # fmt: skip
         assert torch._dynamo.config.capture_dynamic_output_shape_ops
         assert dict(torch._dynamo.utils.counters["graph_break"]) == {}

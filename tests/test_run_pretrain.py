@@ -49,15 +49,23 @@ def test_each_objective_trains_and_logs_its_components(tmp_path, objective):
 @pytest.mark.slow
 @pytest.mark.parametrize(
     "objective, extra",
-    [("dslc", []), ("mspp", ["--num_candidates", "3", "--slot_length", "24"])],
+    [("dslc", ["--unpadded", "true"]), ("mspp", ["--num_candidates", "3", "--slot_length", "24"])],
 )
-def test_unpadded_flag_trains_and_is_saved_in_the_config(tmp_path, objective, extra):
-    """``--unpadded``: the training steps take the unpadded pass (the joint model: over its slots) and the saved
-    config keeps the flag."""
-    out, results = quick_pretrain(tmp_path, "--objective", objective, "--unpadded", "--save_strategy", "no", *extra)
+def test_unpadded_training_is_saved_in_the_config(tmp_path, objective, extra):
+    """``--unpadded true``, or no flag on the CPU (the default there): the training steps take the unpadded pass (the
+    joint model: over its slots) and the saved config keeps the flag."""
+    out, results = quick_pretrain(tmp_path, "--objective", objective, "--save_strategy", "no", *extra)
     assert json.loads((out / "config.json").read_text())["unpadded"] is True
     assert results["train"]["train_loss"] == pytest.approx(results["train"]["train_loss"])  # finite, not NaN
     assert results["eval"]["eval_mlm_loss"] < 20
+
+
+def test_unpadded_defaults_to_on_when_training_on_the_cpu():
+    from as2hub.training.pretraining_models import default_unpadded
+
+    assert default_unpadded(None, torch.device("cpu")) is True
+    assert default_unpadded(None, "cuda:0") is False  # until a GPU measures it
+    assert default_unpadded(False, "cpu") is False and default_unpadded(True, "cuda") is True
 
 
 def test_electra_materialized_exports_a_discriminator_that_run_as2_fine_tunes(tmp_path):

@@ -7,6 +7,7 @@ object with its fields).
 import functools
 import logging
 
+import torch
 from transformers import AutoTokenizer
 
 from as2hub.data_collators import Objective, resolve_objective
@@ -28,6 +29,17 @@ def build_tokenizer(model_args, documents):
         return AutoTokenizer.from_pretrained(source)
     style = TOKENIZER_STYLE[model_args.model_type]
     return train_corpus_tokenizer(documents, style, model_args.tokenizer_vocab_size)
+
+
+def default_unpadded(requested: bool | None, device) -> bool:
+    """``--unpadded`` as given, else on when the run trains on the CPU: the unpadded pass computes the same losses
+    and was faster there (MiniLM DSLC steps, ``benchmarks/results/unpadded_pretrain_cpu.json``); off on a GPU until
+    the GPU queue's ``pretrain_speed`` part measures it (``benchmarks/gpu/README.md``)."""
+    if requested is not None:
+        return requested
+    chosen = torch.device(device).type == "cpu"
+    logger.info("--unpadded not given: %s (training on %s)", chosen, device)
+    return chosen
 
 
 def _model_type(source: str) -> str | None:
