@@ -278,8 +278,9 @@ def run_length(seq: int, base_model, tokenizer, examples, args) -> dict:
     for round_index in range(args.warmup + args.steps):
         names = list(systems)
         shift = round_index % len(names)
+        elapsed_by_system = {}
         for name in names[shift:] + names[:shift]:
-            elapsed = systems[name].step()
+            elapsed = elapsed_by_system[name] = systems[name].step()
             if round_index == 0:
                 systems[name].first_step_s = elapsed
             if round_index >= args.warmup:
@@ -291,10 +292,7 @@ def run_length(seq: int, base_model, tokenizer, examples, args) -> dict:
             seq,
             round_index + 1,
             args.warmup + args.steps,
-            {
-                name: round(system.times[-1] if system.times else system.first_step_s, 2)
-                for name, system in systems.items()
-            },
+            {name: round(elapsed_by_system[name], 2) for name in systems},
             loads[-1],
         )
     padded_positions = sum(batch["input_ids"].numel() for batch in eager_batches)
