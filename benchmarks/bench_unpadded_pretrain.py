@@ -11,10 +11,11 @@ that the load of this shared machine falls on all of them alike, and the medians
 Systems:
 
 - ``padded``: today's eager step; batches padded to a multiple of 8 (``run_pretrain.py``'s collator);
-- ``unpadded``: the same batches, ``config.unpadded=True``: the dense layers compute the real tokens only, attention
-  runs per example over its own tokens (``unpadding.ATTENTION_LAYOUT`` ``"auto"`` on the CPU in eager mode);
-- ``unpadded_padded_attention``: the same, attention in the padded layout (``ATTENTION_LAYOUT="padded"``: what a
-  compiled step and a GPU take);
+- ``unpadded_per_example``: the same batches, ``config.unpadded=True``: the dense layers compute the real tokens
+  only, attention runs per example over its own tokens (``unpadding.ATTENTION_LAYOUT="per_example"``, what
+  ``"auto"`` takes in eager mode on the CPU with one thread);
+- ``unpadded_padded_attention``: the same, attention in the padded layout (``ATTENTION_LAYOUT="padded"``: what
+  ``"auto"`` takes with more threads, in a compiled step and on a GPU);
 - ``packed``: the alternative to unpadding: the batch's examples packed first-fit into rows of the sequence length,
   attention kept inside each example (a block-diagonal mask, positions restarting per example), the stock layers on
   the packed rows (padding only at the rows' ends); the heads read each example's first token and masked tokens;
@@ -28,7 +29,7 @@ Usage::
 
     python benchmarks/bench_unpadded_pretrain.py                      # ~45 min on 2 loaded cores, cold compile cache
     python benchmarks/bench_unpadded_pretrain.py --seq_lengths 64 --batch_size 4 --steps 2 --warmup 1 \\
-        --systems padded,unpadded,packed --results /tmp/unpadded_smoke.json    # smoke
+        --systems padded,unpadded_per_example,packed --results /tmp/unpadded_smoke.json    # smoke
 
 Writes ``benchmarks/results/unpadded_pretrain_cpu.json``.
 """
@@ -50,7 +51,14 @@ from bench_gpu_pretrain import documents, dslc_examples  # noqa: E402
 from bench_utils import RESULTS_DIR, format_table, machine_info, minilm_path, now_iso, write_json  # noqa: E402
 
 logger = logging.getLogger("bench_unpadded_pretrain")
-SYSTEMS = ("padded", "unpadded", "unpadded_padded_attention", "packed", "padded_compiled", "unpadded_compiled")
+SYSTEMS = (
+    "padded",
+    "unpadded_per_example",
+    "unpadded_padded_attention",
+    "packed",
+    "padded_compiled",
+    "unpadded_compiled",
+)
 
 
 def parse_args(argv=None):
@@ -207,7 +215,8 @@ class System:
             return packed_loss(self.model, batch)
         from as2hub.modeling.ssp_pretraining import unpadding
 
-        unpadding.ATTENTION_LAYOUT = "padded" if self.name == "unpadded_padded_attention" else "auto"
+        layouts = {"unpadded_per_example": "per_example", "unpadded_padded_attention": "padded"}
+        unpadding.ATTENTION_LAYOUT = layouts.get(self.name, "auto")
         inputs = {key: batch[key] for key in ("input_ids", "attention_mask", "token_type_ids", "labels")}
         return self.forward(**inputs, sentence_labels=batch["sentence_labels"]).loss
 
@@ -356,6 +365,8 @@ def main(argv=None) -> dict:
         "lscpu": lscpu(),
         "threads": args.threads,
         "commit": git_commit(),
+        # What unpadding.unpadded_batch's "auto" takes in an eager CPU step at this thread count.
+        "auto_attention_layout": "per_example" if args.threads == 1 else "padded",
         "model": "BertForSSPPretraining from all-MiniLM-L6-v2 (6 x 384, 12 heads, FFN 1536, vocab 30,522), DSLC, fp32",
         "settings": {key: value for key, value in vars(args).items() if key != "results"},
         "lengths": {},

@@ -4,9 +4,14 @@ evaluation keeps the padded pass; a folder saved with the flag loads without as2
 
 Tolerance (fp32): losses, logits and hidden states within 1e-6 absolute + 1e-5 relative, gradients within 1e-5
 absolute + 1e-4 relative. Measured on the project's CPU machine (AMD EPYC, AVX2, torch 2.13, transformers 5.24) over
-every case below: losses and logits differ by at most 3.0e-8, gradients by at most 2.4e-7 (the fused query/key/value
-product and the gathered rows sum in another order), so the bounds are 30-40x the measured difference. A token that
-gets another row's result, or a dropped token, fails 22 of the 23 fast tests here (tried by breaking the code).
+every case below: losses and logits differ by at most 2.4e-7 with the per-example attention layout (3.0e-8 with the
+padded one), gradients by at most 2.4e-7 (the fused query/key/value product, the gathered rows and the per-example
+attention sum in another order): 4x to 40x below the bounds, which sit far below what a misplaced token does (1e-2).
+
+Tried by breaking the code: every token given the result of the row before it fails 30 of the 32 fast tests here (the
+two that pass check which pass runs), one token dropped from the batch 30, the per-example attention fed another
+example's tokens 22 (every test of that layout), the padded attention layout fed tokens shifted by one 8 (every test
+of that layout).
 """
 
 import json
@@ -21,6 +26,7 @@ from test_ssp_models import SEP, VOCAB, tiny
 from transformers import BertConfig, ElectraConfig, RobertaConfig
 
 from as2hub.modeling import JointMultiCandidateModel
+from as2hub.modeling.joint_multicandidate import unpadding as joint_unpadding
 from as2hub.modeling.ssp_pretraining import (
     BertForSSPPretraining,
     ElectraForSSPPretraining,
@@ -29,6 +35,24 @@ from as2hub.modeling.ssp_pretraining import (
 )
 
 SSP = [RobertaForSSPPretraining, BertForSSPPretraining, ElectraForSSPPretraining]
+
+
+# Each folder imports its own copy of the shared file (the joint folder's is a link to the SSP folder's).
+UNPADDING_MODULES = (unpadding, joint_unpadding)
+
+
+def attention_layout(monkeypatch, layout: str) -> None:
+    for module in UNPADDING_MODULES:
+        monkeypatch.setattr(module, "ATTENTION_LAYOUT", layout)
+
+
+@pytest.fixture(autouse=True)
+def per_example_attention(monkeypatch):
+    """The per-example attention layout whatever the thread count ("auto" takes it at one thread); the padded
+    layout has tests of its own."""
+    attention_layout(monkeypatch, "per_example")
+
+
 CLOSE = {"atol": 1e-6, "rtol": 1e-5}
 GRADIENT_CLOSE = {"atol": 1e-5, "rtol": 1e-4}
 LENGTH = 16
@@ -129,11 +153,15 @@ def test_every_token_gets_its_own_rows_hidden_state(model_class, layout):
         assert actual[~real].eq(0).all()
 
 
-def test_the_attention_layout_is_per_example_in_eager_cpu_steps_and_padded_when_compiling(monkeypatch):
+def test_the_attention_layout_is_per_example_in_single_thread_eager_cpu_steps_else_padded(monkeypatch):
     mask = ssp_batch(BertForSSPPretraining, "heavy")["attention_mask"]
-    assert unpadding.unpadded_batch(mask).sizes == ROW_LENGTHS["heavy"]
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 1)
+    assert unpadding.unpadded_batch(mask, layout="auto").sizes == ROW_LENGTHS["heavy"]
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 2)
+    assert unpadding.unpadded_batch(mask, layout="auto").sizes is None
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 1)
     monkeypatch.setattr(torch.compiler, "is_compiling", lambda: True)
-    assert unpadding.unpadded_batch(mask).sizes is None
+    assert unpadding.unpadded_batch(mask, layout="auto").sizes is None
     with pytest.raises(ValueError, match="attention layout"):
         unpadding.unpadded_batch(mask, layout="nested")
 
@@ -218,7 +246,7 @@ PADDED_LAYOUT_CASES = [*SSP, "joint-bert-own_slot", "joint-roberta-all"]
 @pytest.mark.parametrize("case", PADDED_LAYOUT_CASES, ids=lambda c: getattr(c, "__name__", c))
 def test_padded_attention_layout_gives_the_same_step(case, monkeypatch):
     """The layout compiled steps and GPUs take (``ATTENTION_LAYOUT="padded"``), in eager mode: the same step too."""
-    monkeypatch.setattr(unpadding, "ATTENTION_LAYOUT", "padded")
+    attention_layout(monkeypatch, "padded")
     if isinstance(case, str):
         _, backbone, attention = case.split("-")
         padded, unpadded = twins(lambda flag: joint_model(backbone, attention, flag))

@@ -83,10 +83,13 @@ def key_padding_pattern(attention_mask: torch.Tensor) -> torch.Tensor:
 
 # How a layer attends over the gathered tokens: "padded" scatters them into the (batch, length) layout for one
 # attention call over every row; "per_example" attends within each example's own tokens, one call per example, with
-# no padding at all (the least work; a Python loop over the batch); "auto" takes "per_example" on the CPU in eager
-# mode (batches of tens of examples, where attention over the padding costs as much as the dense layers' savings at
-# 256 tokens) and "padded" otherwise (torch.compile, which would specialise on every example's length; GPUs, where a
-# call per example costs more than it saves).
+# no padding at all (the least work; a Python loop over the batch). "auto" takes "per_example" on the CPU in eager mode
+# with one torch thread, "padded" otherwise. Measured with MiniLM DSLC steps on a loaded 2-core AMD EPYC
+# (benchmarks/results/unpadded_pretrain_cpu*.json): at 1 thread "per_example" made the unpadded step 1.55x / 2.12x
+# faster than the padded one at 128 / 256 tokens, "padded" 1.31x / 1.35x; at 2 threads each of its many small calls is
+# a parallel region that waits for a thread the other jobs hold, and the per-example step ran slower than the padded
+# step while "padded" kept its lead. torch.compile would specialise on every example's length, and on a GPU a call
+# per example costs more than it saves: "padded" there.
 ATTENTION_LAYOUTS = ("auto", "padded", "per_example")
 ATTENTION_LAYOUT = "auto"
 
@@ -113,7 +116,7 @@ def unpadded_batch(
         raise ValueError(f"attention layout must be one of {ATTENTION_LAYOUTS}, got {layout!r}")
     if layout == "auto":
         eager_cpu = attention_mask.device.type == "cpu" and not torch.compiler.is_compiling()
-        layout = "per_example" if eager_cpu else "padded"
+        layout = "per_example" if eager_cpu and torch.get_num_threads() == 1 else "padded"
     batch, length = attention_mask.shape
     keep = attention_mask.bool()
     plan = UnpaddedBatch(
