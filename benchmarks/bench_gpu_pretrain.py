@@ -10,7 +10,11 @@ fp32 master weights, ``torch.optim.AdamW(fused=True)``), base size (12 layers x 
     ``ElectraForMaskedLM`` + ``ElectraForPreTraining`` wired by hand (``bench_pretrain_overhead.StockElectra``),
     vocabulary 30,522.
 
-Both systems of a pair get the same weights (the stock model a copy of as2hub's) and the same batch: DSLC examples of
+``--systems`` adds as2hub variants of the same model (issue 52): ``as2hub_unpadded`` (``config.unpadded``: the dense
+layers compute the real tokens only), ``as2hub_compiled`` and ``as2hub_unpadded_compiled`` (``torch.compile``,
+inductor, with the dynamo settings of ``SSPTrainer``; the compile happens in the warm-up steps).
+
+Every system of a pair gets the same weights (the stock model a copy of as2hub's) and the same batch: DSLC examples of
 the embedded corpus (or ``--corpus``) collated by ``PretrainingCollator`` and padded to the sequence length, so every
 step has the same shape. ``--batch_size auto`` doubles the batch from 32 while both systems fit in memory and the
 as2hub system's tokens/s still rise by 5% (the batch that fills the GPU), then times that batch. Steps are timed with
@@ -21,7 +25,9 @@ gives the ratio to a measured 8192^3 bf16 matmul. Model FLOPs of a training step
 per layer 2·T·(4H² + 2HI) + 4·B·S²·H (T = B·S tokens, padding included: the GPU computes it), plus the MLM head
 2·M·(H² + HV) over the M positions it scores (stock: all T; as2hub: the masked ones), ELECTRA's generator layers and
 discriminator head likewise. Each system is credited with its own work, so as2hub's smaller head shows as a shorter
-step, not as a higher MFU.
+step, not as a higher MFU (and an unpadded system's encoder with its real tokens). ``mfu_real_tokens`` credits every
+system with the work on the real tokens only (the same formula with T = the non-padding tokens and the attention
+term summed over each example's own length): what a user pays for.
 
 Data: examples/s the training loop needs (batch / as2hub step time) against examples/s a
 ``torch.utils.data.DataLoader`` over ``StructurePretrainingIterableDataset`` + ``PretrainingCollator`` (what
@@ -30,12 +36,14 @@ Data: examples/s the training loop needs (batch / as2hub step time) against exam
 Usage on a CUDA machine (benchmarks/gpu/README.md)::
 
     python benchmarks/bench_gpu_pretrain.py                                  # both pairs, 128 and 256 tokens
+    python benchmarks/bench_gpu_pretrain.py --pairs roberta --systems as2hub,stock,as2hub_unpadded,as2hub_unpadded_compiled
     python benchmarks/bench_gpu_pretrain.py --device cpu --tiny --results /tmp/gpu_pretrain_smoke.json   # smoke
 
 Writes ``benchmarks/results/gpu_pretrain.json``.
 """
 
 import argparse
+import copy
 import itertools
 import logging
 import random
@@ -57,12 +65,19 @@ TINY = {"hidden_size": 32, "num_layers": 2, "num_heads": 2, "intermediate_size":
 # Dense bf16 tensor-core peaks from the vendors' datasheets (TFLOP/s, without sparsity).
 DATASHEET_BF16_TFLOPS = {"H200": 989.4, "H100 80GB HBM3": 989.4, "H100 NVL": 835.0, "H100 PCIe": 756.0, "A100": 312.0}
 TARGET_RATIO, TARGET_MFU = 1.0, 0.40
+# as2hub variants (issue 52): name -> (config.unpadded, torch.compile)
+VARIANTS = {
+    "as2hub_unpadded": (True, False),
+    "as2hub_compiled": (False, True),
+    "as2hub_unpadded_compiled": (True, True),
+}
 
 
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--device", default="cuda", help="cuda (the benchmark) or cpu (a smoke run)")
     parser.add_argument("--pairs", default="roberta,electra")
+    parser.add_argument("--systems", default="as2hub,stock", help=f"as2hub and stock, and any of {', '.join(VARIANTS)}")
     parser.add_argument("--seq_lengths", default="128,256")
     parser.add_argument("--batch_size", default="auto", help="an integer, or auto: the batch that fills the GPU")
     parser.add_argument("--max_batch_size", type=int, default=1024)
@@ -78,6 +93,9 @@ def parse_args(argv=None):
     args.pairs = [p.strip() for p in args.pairs.split(",") if p.strip()]
     if set(args.pairs) - set(PAIRS):
         parser.error(f"--pairs: unknown {sorted(set(args.pairs) - set(PAIRS))}, use {sorted(PAIRS)}")
+    args.systems = [name.strip() for name in args.systems.split(",") if name.strip()]
+    if not {"as2hub", "stock"} <= set(args.systems) or set(args.systems) - {"as2hub", "stock", *VARIANTS}:
+        parser.error(f"--systems: as2hub, stock and any of {list(VARIANTS)}, got {args.systems}")
     args.seq_lengths = [int(v) for v in args.seq_lengths.split(",")]
     args.workers = [int(v) for v in args.workers.split(",")]
     for key, value in (TINY if args.tiny else BASE).items():
@@ -127,22 +145,44 @@ def encoder_flops(tokens: int, batch: int, seq: int, hidden: int, intermediate: 
     return layers * per_layer
 
 
-def training_flops(pair: str, system: str, model, batch: dict) -> float:
-    """Model FLOPs of one training step (3 x forward), each system credited with the work it does."""
+def encoder_work(tokens: int, attention_squares: int, hidden: int, intermediate: int, layers: int) -> float:
+    """Forward FLOPs of an encoder: dense layers on ``tokens``, attention over ``attention_squares`` = sum of S²."""
+    return layers * (2 * tokens * (4 * hidden * hidden + 2 * hidden * intermediate) + 4 * attention_squares * hidden)
+
+
+def attends_per_example(attention_mask) -> bool:
+    """Whether an eager unpadded step attends per example here (``unpadding``'s ``"auto"``: one CPU thread)."""
+    from as2hub.modeling.ssp_pretraining.unpadding import unpadded_batch
+
+    return unpadded_batch(attention_mask).sizes is not None
+
+
+def training_flops(pair: str, system: str, model, batch: dict, real_only: bool = False) -> float:
+    """Model FLOPs of one training step (3 x forward), each system credited with the work it does; ``real_only``:
+    with the work on the real tokens only (dense layers on the non-padding tokens, attention over each example's own
+    length, heads on the real tokens)."""
     batch_size, seq = batch["input_ids"].shape
-    tokens = batch_size * seq
+    lengths = batch["attention_mask"].sum(1)
+    real = int(lengths.sum())
     masked = int((batch["labels"] != -100).sum())
+    tokens = batch_size * seq
+    squares = batch_size * seq * seq
+    if real_only:
+        tokens, squares = real, int((lengths.long() ** 2).sum())
+    dense_tokens = real if system in VARIANTS and VARIANTS[system][0] else tokens  # unpadded: the real tokens
+    if system == "as2hub_unpadded" and attends_per_example(batch["attention_mask"]):
+        squares = int((lengths.long() ** 2).sum())  # eager on one CPU thread: attention over each example's tokens
     config = model.config if system != "stock" else model.discriminator.config if pair == "electra" else model.config
     h, v = config.hidden_size, config.vocab_size
-    scored = tokens if system != "as2hub" else masked  # the stock heads score every position
-    flops = encoder_flops(tokens, batch_size, seq, h, config.intermediate_size, config.num_hidden_layers)
+    scored = tokens if system == "stock" else masked  # the stock heads score every position, as2hub's the masked
+    flops = encoder_work(dense_tokens, squares, h, config.intermediate_size, config.num_hidden_layers)
     if pair == "roberta":
         flops += 2 * scored * (h * h + h * v)
     else:
         generator = model.generator.config if system == "stock" else model.config.generator_config
         g = generator.hidden_size
-        flops += encoder_flops(
-            tokens, batch_size, seq, g, generator.intermediate_size, generator.num_hidden_layers
+        flops += encoder_work(
+            dense_tokens, squares, g, generator.intermediate_size, generator.num_hidden_layers
         )  # the generator runs on every token
         flops += 2 * scored * (g * config.embedding_size + config.embedding_size * v)  # its MLM head
         flops += 2 * tokens * (h * h + h)  # discriminator head on every token
@@ -207,11 +247,20 @@ def datasheet_peak(device: str) -> tuple[str | None, float | None]:
 
 
 def build_pair(pair: str, tokenizer, args):
+    """{system: model}: as2hub's and stock's with the same weights, and each ``--systems`` variant a copy of
+    as2hub's (a compiled one wrapped by ``torch.compile``)."""
     if pair == "roberta":
         ours, stock = build_roberta(tokenizer, args)
     else:
         ours, stock, _ = build_electra(tokenizer, args)
-    return {"as2hub": ours, "stock": stock}
+    models = {"as2hub": ours, "stock": stock}
+    for name in args.systems:
+        if name in VARIANTS:
+            unpadded, compiled = VARIANTS[name]
+            variant = copy.deepcopy(ours)
+            variant.config.unpadded = unpadded
+            models[name] = torch.compile(variant) if compiled else variant
+    return models
 
 
 def fits(models: dict, batch: dict, pair: str, device: str) -> bool:
@@ -254,18 +303,22 @@ def choose_batch_size(pair, models, tokenizer, examples, seq, args) -> tuple[int
 
 
 def run_length(pair: str, seq: int, models: dict, initial: dict, tokenizer, examples, args, peak) -> dict:
-    batch_size, tried = choose_batch_size(pair, models, tokenizer, examples, seq, args)
+    # The batch that fills the GPU and the eval-mode check: the padded as2hub and stock systems (a compiled variant
+    # would compile for every batch tried; an unpadded one takes less memory than the padded one).
+    reference = {name: models[name] for name in ("as2hub", "stock")}
+    batch_size, tried = choose_batch_size(pair, reference, tokenizer, examples, seq, args)
     batch = {k: v.to(args.device) for k, v in fixed_batch(tokenizer, examples[:batch_size], seq, args.seed).items()}
     for name, model in models.items():  # the search trained them: back to the shared initial weights
         model.load_state_dict(initial[name])
-    check = check_equivalence(pair, models, batch, args.seed)
+    check = check_equivalence(pair, reference, batch, args.seed)
     losses = loss_functions(pair, models, batch)
     steps = {name: make_step(model, losses[name], args.device) for name, model in models.items()}
     timer = Timer(args.device)
     times = {name: [] for name in steps}
     for index in range(args.warmup + args.steps):
-        order = list(steps) if index % 2 == 0 else list(reversed(steps))
-        for name in order:
+        names = list(steps)
+        shift = index % len(names)  # rotate: no system always runs right after the same other one
+        for name in names[shift:] + names[:shift]:
             elapsed = timer(steps[name])
             if index >= args.warmup:
                 times[name].append(elapsed)
@@ -276,6 +329,7 @@ def run_length(pair: str, seq: int, models: dict, initial: dict, tokenizer, exam
         ms = statistics.median(times[name])
         flops = training_flops(pair, name, model, batch)
         achieved = flops / (ms / 1000) / 1e12
+        achieved_real = training_flops(pair, name, model, batch, real_only=True) / (ms / 1000) / 1e12
         systems[name] = {
             "median_ms": ms,
             "p25_ms": statistics.quantiles(times[name], n=4)[0] if len(times[name]) > 1 else ms,
@@ -286,6 +340,8 @@ def run_length(pair: str, seq: int, models: dict, initial: dict, tokenizer, exam
             "model_tflop_per_step": flops / 1e12,
             "achieved_tflops": achieved,
             "mfu": achieved / peak if peak else None,
+            "achieved_tflops_real_tokens": achieved_real,
+            "mfu_real_tokens": achieved_real / peak if peak else None,
             "peak_memory_gb": None,
         }
     if args.device == "cuda":
@@ -295,6 +351,11 @@ def run_length(pair: str, seq: int, models: dict, initial: dict, tokenizer, exam
             torch.cuda.synchronize()
             systems[name]["peak_memory_gb"] = torch.cuda.max_memory_allocated() / 2**30
     ratio = systems["as2hub"]["median_ms"] / systems["stock"]["median_ms"]
+    for system in systems.values():
+        system["real_tokens_per_s_vs_as2hub"] = (
+            system["non_padding_tokens_per_s"] / systems["as2hub"]["non_padding_tokens_per_s"]
+        )
+    fastest = max(systems, key=lambda name: systems[name]["non_padding_tokens_per_s"])
     return {
         "seq_length": seq,
         "batch_size": batch_size,
@@ -306,6 +367,8 @@ def run_length(pair: str, seq: int, models: dict, initial: dict, tokenizer, exam
         "ratio_as2hub_over_stock": ratio,
         "within_target_ratio": ratio <= TARGET_RATIO,
         "within_target_mfu": (systems["as2hub"]["mfu"] or 0) >= TARGET_MFU if peak else None,
+        "fastest_system": fastest,
+        "fastest_mfu_real_tokens": systems[fastest]["mfu_real_tokens"],
     }
 
 
@@ -371,7 +434,7 @@ def main(argv=None) -> dict:
         for seq in args.seq_lengths:
             result = run_length(pair, seq, models, initial, tokenizer, examples, args, peak)
             result["data"] = data_throughput(
-                style, tokenizer, docs, seq, result["systems"]["as2hub"]["examples_per_s"], args
+                style, tokenizer, docs, seq, result["systems"][result["fastest_system"]]["examples_per_s"], args
             )
             record["lengths"][seq] = result
             report["pairs"][pair] = record
@@ -387,15 +450,18 @@ def main(argv=None) -> dict:
         for seq, result in record["lengths"].items():
             for name, system in result["systems"].items():
                 rows.append([
-                    pair, seq, result["batch_size"], name, f"{system['median_ms']:.1f}",
-                    f"{system['tokens_per_s']:,.0f}", f"{system['achieved_tflops']:.1f}",
-                    f"{system['mfu']:.1%}" if system["mfu"] is not None else "-",
+                    pair, seq, result["batch_size"], f"{result['padding_fraction']:.0%}", name,
+                    f"{system['median_ms']:.1f}", f"{system['tokens_per_s']:,.0f}",
+                    f"{system['non_padding_tokens_per_s']:,.0f}", f"{system['real_tokens_per_s_vs_as2hub']:.2f}x",
+                    f"{system['achieved_tflops']:.1f}", f"{system['mfu']:.1%}" if system["mfu"] is not None else "-",
+                    f"{system['mfu_real_tokens']:.1%}" if system["mfu_real_tokens"] is not None else "-",
                     f"{result['ratio_as2hub_over_stock']:.3f}" if name == "as2hub" else "",
-                    f"{result['data']['fewest_workers_that_keep_up']}" if name == "as2hub" else "",
+                    f"{result['data']['fewest_workers_that_keep_up']}" if name == result["fastest_system"] else "",
                 ])  # fmt: skip
     print(f"\n{gpu_name or args.device}: bf16 training steps, median of {args.steps} after {args.warmup} warm-up")
-    print(format_table(["pair", "seq", "batch", "system", "ms/step", "tokens/s", "TFLOP/s", "MFU", "ratio",
-                        "workers to keep up"], rows))  # fmt: skip
+    print(format_table(["pair", "seq", "batch", "padding", "system", "ms/step", "tokens/s", "real tokens/s",
+                        "real vs as2hub", "TFLOP/s", "MFU", "MFU real tokens", "ratio", "workers to keep up"],
+                       rows))  # fmt: skip
     print(f"wrote {args.results}")
     return report
 

@@ -478,21 +478,28 @@ def test_training_flops_match_torch_flop_counter(pair):
     from torch.utils.flop_counter import FlopCounterMode
 
     bench = benchmark_module("bench_gpu_pretrain")
-    args = bench.parse_args(["--device", "cpu", "--tiny", "--batch_size", "4"])
+    args = bench.parse_args(
+        ["--device", "cpu", "--tiny", "--batch_size", "4", "--systems", "as2hub,stock,as2hub_unpadded"]
+    )
     args.model_vocab_size, args.vocab_size = 3000, 600
     docs = bench.documents(None)
     tokenizer = bench.tokenizer_for(bench.PAIRS[pair][0], docs, args.vocab_size)
     models = bench.build_pair(pair, tokenizer, args)
-    batch = bench.fixed_batch(tokenizer, bench.dslc_examples(docs, 4, 0), 64, 0)
+    batch = bench.fixed_batch(tokenizer, bench.dslc_examples(docs, 4, 0), 128, 0)
+    assert 0 < int(batch["attention_mask"].sum()) < batch["attention_mask"].numel()  # padding to leave out
     losses = bench.loss_functions(pair, models, batch)
+    flops = {}
     for name, model in models.items():
         with FlopCounterMode(display=False) as counter:
             losses[name]().backward()
-        counted, analytic = counter.get_total_flops(), bench.training_flops(pair, name, model, batch)
-        assert analytic == pytest.approx(counted, rel=0.02), (name, analytic, counted)
-    assert bench.training_flops(pair, "as2hub", models["as2hub"], batch) < bench.training_flops(
-        pair, "stock", models["stock"], batch
-    )  # as2hub's MLM head scores the masked rows only
+        counted, flops[name] = counter.get_total_flops(), bench.training_flops(pair, name, model, batch)
+        assert flops[name] == pytest.approx(counted, rel=0.02), (name, flops[name], counted)
+        # The work on the real tokens: less than what a padded system computes (all an unpadded one does when it
+        # attends per example, on one CPU thread).
+        real = bench.training_flops(pair, name, model, batch, real_only=True)
+        assert real < flops[name] if name != "as2hub_unpadded" else real <= flops[name]
+    assert flops["as2hub"] < flops["stock"]  # as2hub's MLM head scores the masked rows only
+    assert flops["as2hub_unpadded"] < flops["as2hub"]  # its dense layers skip the padding
 
 
 @pytest.mark.slow
@@ -500,7 +507,7 @@ def test_gpu_pretrain_benchmark_runs_on_the_cpu_at_tiny_size(tmp_path):
     results = tmp_path / "gpu_pretrain.json"
     command = [sys.executable, str(BENCHMARKS / "bench_gpu_pretrain.py"), "--device", "cpu", "--tiny",
                "--batch_size", "4", "--seq_lengths", "32", "--steps", "2", "--warmup", "1", "--workers", "0,1",
-               "--data_batches", "2", "--results", str(results)]  # fmt: skip
+               "--data_batches", "2", "--systems", "as2hub,stock,as2hub_unpadded", "--results", str(results)]  # fmt: skip
     result = subprocess.run(
         command, capture_output=True, text=True, timeout=600, env={**os.environ, "OMP_NUM_THREADS": "1"}
     )
@@ -515,6 +522,10 @@ def test_gpu_pretrain_benchmark_runs_on_the_cpu_at_tiny_size(tmp_path):
         assert length["ratio_as2hub_over_stock"] == pytest.approx(
             systems["as2hub"]["median_ms"] / systems["stock"]["median_ms"]
         )
+        unpadded, padded = (systems[name]["model_tflop_per_step"] for name in ("as2hub_unpadded", "as2hub"))
+        assert unpadded < padded if length["padding_fraction"] > 0 else unpadded == pytest.approx(padded)
+        for system in systems.values():
+            assert 0 < system["achieved_tflops_real_tokens"] <= system["achieved_tflops"]
         data = length["data"]
         assert set(data["workers"]) == {"0", "1"} and data["needed_examples_per_s"] > 0
         assert all(w["examples_per_s"] > 0 for w in data["workers"].values())
