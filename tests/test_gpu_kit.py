@@ -24,10 +24,11 @@ import bench_ranking_throughput  # noqa: E402
 import carry_wheels  # noqa: E402
 
 
-def session_command(part_script: str) -> list[str]:
-    """The arguments run_gpu_session.sh passes to ``part_script`` (shell variables and "$@" dropped)."""
+def session_command(part_script: str, marker: str = "") -> list[str]:
+    """The arguments run_gpu_session.sh passes to ``part_script`` (shell variables and "$@" dropped): on the first
+    line that calls it (and holds ``marker``)."""
     text = (ROOT / "benchmarks" / "gpu" / "run_gpu_session.sh").read_text()
-    line = next(line for line in text.splitlines() if part_script in line and "python3" in line)
+    line = next(line for line in text.splitlines() if part_script in line and "python3" in line and marker in line)
     line = re.sub(r"\\\s*$", "", line)
     words = shlex.split(line.split(part_script, 1)[1], posix=False)
     kept = []
@@ -47,6 +48,15 @@ def test_the_ranking_part_passes_only_flags_the_benchmark_accepts():
     assert "--device" not in args
     parsed = bench_ranking_throughput.parse_args([*args, "--results", "/tmp/unused.json"])
     assert parsed.no_wait  # a lent GPU machine is idle: no waiting for a quiet CPU
+
+
+def test_the_pretrain_speed_part_runs_the_unpadded_and_compiled_systems():
+    import bench_gpu_pretrain
+
+    args = session_command("bench_gpu_pretrain.py", marker="--systems")
+    parsed = bench_gpu_pretrain.parse_args(args)
+    assert parsed.device == "cuda" and parsed.pairs == ["roberta"] and parsed.seq_lengths == [128, 256]
+    assert {"as2hub", "stock", "as2hub_unpadded", "as2hub_unpadded_compiled"} <= set(parsed.systems)
 
 
 def test_a_systems_subset_keeps_the_two_reference_rows():

@@ -5,13 +5,14 @@
 #   bash benchmarks/gpu/run_gpu_session.sh lane        # pytest -m gpu, then bench_gpu_pretrain.py      (~6 min)
 #   bash benchmarks/gpu/run_gpu_session.sh suite       # the whole test suite there, pytest -n 8         (~8 min)
 #   bash benchmarks/gpu/run_gpu_session.sh ranking     # bench_ranking_throughput.py (CUDA rows where CUDA is; carry with --minilm)
+#   bash benchmarks/gpu/run_gpu_session.sh pretrain_speed   # bench_gpu_pretrain.py: padded / unpadded / compiled (issue 52)
 #   bash benchmarks/gpu/run_gpu_session.sh reproduce TABLE [FLAGS...]   # reproduce.py --scale gpu (--minilm), resumable
 #
 # A part stops itself before the device tool's 10-minute limit (AS2HUB_GPU_PART_SECONDS, default 540 s): the
 # reproduction keeps what finished and continues where it stopped on the next call.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-PART=${1:?usage: run_gpu_session.sh lane|suite|ranking|reproduce TABLE [FLAGS...]}
+PART=${1:?usage: run_gpu_session.sh lane|suite|ranking|pretrain_speed|reproduce TABLE [FLAGS...]}
 shift
 OUT=${OUT:-/tmp/as2hub_gpu_out}
 CARRY=${AS2HUB_GPU_CARRY:-.gpu_carry}
@@ -62,6 +63,12 @@ case "$PART" in
     timeout "$LIMIT" python3 benchmarks/bench_ranking_throughput.py --no_wait --results "$OUT/ranking_throughput_gpu.json" \
       "$@" 2>&1 | tee "$OUT/ranking.log"
     ;;
+  pretrain_speed)
+    # Issue 52: RoBERTa-base pre-training steps, as2hub padded / unpadded / unpadded + torch.compile beside stock, at
+    # 128 and 256 tokens: real tokens/s, MFU on real tokens, and the data loader's keep-up at the fastest one's rate.
+    timeout "$LIMIT" python3 benchmarks/bench_gpu_pretrain.py --pairs roberta --systems as2hub,stock,as2hub_unpadded,as2hub_unpadded_compiled --workers 0,2,4,8 \
+      --results "$OUT/gpu_pretrain_unpadded.json" "$@" 2>&1 | tee "$OUT/gpu_pretrain_unpadded.log"
+    ;;
   reproduce)
     # Runs and checkpoints live in /tmp/as2hub-runs on the device machine: they survive between calls only while it
     # stays warm (30 s after a call; 30 minutes held at most), so chain the calls. The results JSON goes to $OUT and
@@ -96,7 +103,7 @@ case "$PART" in
     exit "$code"
     ;;
   *)
-    echo "error: unknown part $PART (lane, suite, ranking, reproduce)" >&2
+    echo "error: unknown part $PART (lane, suite, ranking, pretrain_speed, reproduce)" >&2
     exit 2
     ;;
 esac
