@@ -258,6 +258,38 @@ def test_padded_attention_layout_gives_the_same_step(case, monkeypatch):
     assert_same_step(run(padded, batch), run(unpadded, batch), batch["attention_mask"].bool(), keys)
 
 
+class ShiftedLinear(torch.nn.Linear):
+    """A projection that is not a plain ``nn.Linear`` (as a LoRA layer is not): its forward adds to the product."""
+
+    def forward(self, x):
+        return super().forward(x) + 2.0 * torch.tanh(x[..., : self.out_features])
+
+
+@pytest.mark.parametrize("wrap", ["subclass", "hook"])
+def test_wrapped_projections_are_called_as_modules(wrap):
+    """The three projections run as one product only when they are plain ``nn.Linear`` layers: a LoRA-style module or
+    a forward hook on ``value`` changes the unpadded step as it changes the padded one."""
+
+    def build(flag):
+        model = tiny(BertForSSPPretraining, unpadded=flag)
+        for layer in model.bert.encoder.layer:
+            value = layer.attention.self.value
+            if wrap == "subclass":
+                shifted = ShiftedLinear(value.in_features, value.out_features)
+                shifted.load_state_dict(value.state_dict())
+                layer.attention.self.value = shifted
+            else:
+                value.register_forward_hook(lambda module, args, output: output + 2.0 * torch.tanh(args[0]))
+        return model
+
+    padded, unpadded = twins(build)
+    batch = ssp_batch(BertForSSPPretraining, "heavy")
+    plain = tiny(BertForSSPPretraining)(**batch).loss
+    padded_run = run(padded, batch)
+    assert abs(float(padded_run[0].loss) - float(plain)) > 1e-3  # the wrapper matters
+    assert_same_step(padded_run, run(unpadded, batch), batch["attention_mask"].bool(), ["loss", "mlm_loss"])
+
+
 def test_evaluation_and_layer_outputs_keep_the_padded_pass(monkeypatch):
     """``model.eval()`` (scoring, export, the saved folder's reference outputs), per-layer outputs and inputs without
     a padding mask take the stock pass; a training forward takes the unpadded one."""

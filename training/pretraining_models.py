@@ -72,7 +72,7 @@ def build_joint_model(model_args, tokenizer, objective: str | Objective):
         "pad_token_id": tokenizer.pad_token_id,
         "mlm_weight": model_args.mlm_weight,
         "mspp_weight": 0.0 if objective.mlm_only else model_args.cls_weight,
-        "unpadded": model_args.unpadded,
+        "unpadded": bool(model_args.unpadded),  # None (main() not run): the config default
     }
     if model_args.first_token_attention is not None:  # else the joint config's default (or the folder's own)
         settings["first_token_attention"] = model_args.first_token_attention
@@ -104,7 +104,7 @@ def build_model(model_args, tokenizer, objective: str | Objective):
         "pad_token_id": tokenizer.pad_token_id,
         "mlm_weight": model_args.mlm_weight,
         "cls_weight": 0.0 if objective.mlm_only else model_args.cls_weight,
-        "unpadded": model_args.unpadded,
+        "unpadded": bool(model_args.unpadded),  # None (main() not run): the config default
     }
     if model_args.model_type == "electra":
         settings["rtd_weight"] = model_args.rtd_weight

@@ -4,11 +4,12 @@ the SSP and joint remote-code folders and shipped with them).
 With ``config.unpadded`` a training forward gathers the non-padding tokens of the batch into one ``(tokens, hidden)``
 matrix after the embeddings and runs each encoder layer's own modules on it: the query, key and value projections
 (one matrix product with the three weights side by side), the attention output projection with its residual and
-layer norm, and the feed-forward block. Only attention needs the padded ``(batch, heads, length, head size)``
-layout: the projected queries, keys and values are scattered into it, attended with
-``torch.nn.functional.scaled_dot_product_attention`` under the batch's mask (padding keys masked; the joint model's
-own-slot pattern), and the result is gathered back. After the last layer the hidden states are put back in the padded
-layout, with zeros at the padding positions, so the heads read ``last_hidden_state`` as before.
+layer norm, and the feed-forward block. Attention (``torch.nn.functional.scaled_dot_product_attention``) keeps each
+example to itself in one of two layouts (:data:`ATTENTION_LAYOUT`): per example, over its own tokens only, or in the
+padded ``(batch, heads, length, head size)`` layout, into which the projected queries, keys and values are scattered
+and from which the result is gathered back, under the batch's pattern (padding keys masked; the joint model's
+own-slot pattern). After the last layer the hidden states are put back in the padded layout, with zeros at the
+padding positions, so the heads read ``last_hidden_state`` as before.
 
 The layers' weights are the stock ones (``encoder.layer.N.attention.self.query``, ...): a checkpoint does not depend on
 the flag, and the same weights give the same losses and gradients as the padded pass, to float rounding. Evaluation,
@@ -131,6 +132,12 @@ def unpadded_batch(
     return plan
 
 
+def _plain_linear(module: nn.Module) -> bool:
+    """A stock ``nn.Linear`` without hooks: its weight and bias are all its forward reads, so the three projections
+    may run as one product. A LoRA layer (PEFT replaces the module) or a hooked one is called as a module."""
+    return type(module) is nn.Linear and not (module._forward_hooks or module._forward_pre_hooks)
+
+
 def _check_layer(layer: nn.Module) -> None:
     attention = getattr(getattr(layer, "attention", None), "self", None)
     needed = (attention, getattr(layer, "intermediate", None), getattr(layer, "output", None))
@@ -171,10 +178,14 @@ def unpadded_layer(layer: nn.Module, hidden: torch.Tensor, plan: UnpaddedBatch) 
     attention = layer.attention.self
     heads, head_size = attention.num_attention_heads, attention.attention_head_size
     projections = (attention.query, attention.key, attention.value)
-    weight = torch.cat([projection.weight for projection in projections])
-    biases = [projection.bias for projection in projections]
-    bias = torch.cat(biases) if all(b is not None for b in biases) else None
-    qkv = nn.functional.linear(hidden, weight, bias)  # (tokens, 3 * heads * head_size): one product for the three
+    if all(_plain_linear(projection) for projection in projections):
+        # (tokens, 3 * heads * head_size): one product with the three weights side by side
+        weight = torch.cat([projection.weight for projection in projections])
+        biases = [projection.bias for projection in projections]
+        bias = torch.cat(biases) if all(b is not None for b in biases) else None
+        qkv = nn.functional.linear(hidden, weight, bias)
+    else:  # a wrapped projection (LoRA, a hook): called as the module it is
+        qkv = torch.cat([projection(hidden) for projection in projections], dim=-1)
     dropout = attention.dropout.p if layer.training else 0.0
     context = _attend(qkv, plan, heads, head_size, dropout, getattr(attention, "scaling", head_size**-0.5))
     attention_output = layer.attention.output(context, hidden)
