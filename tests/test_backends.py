@@ -12,17 +12,18 @@ from test_onnx_backend import CANDIDATES, INT8_TOLERANCE, QUESTION, score_all
 from test_onnx_joint import saved_joint
 from transformers import AutoTokenizer
 
-from as2hub.modeling import CONTEXTUAL_MODELS, backends
-from as2hub.modeling.backends import (
+from as2hub.inference import backends
+from as2hub.inference.backends import (
     BackendUnavailableError,
     CpuFeatures,
     auto_order,
     cpu_features,
     parse_cpuinfo,
 )
-from as2hub.modeling.joint_ranking import JointRanker
-from as2hub.modeling.onnx_backend import OnnxRankerModel, export_onnx
-from as2hub.modeling.ranking import Ranker
+from as2hub.inference.joint_ranking import JointRanker
+from as2hub.inference.onnx_backend import OnnxRankerModel, export_onnx
+from as2hub.inference.ranking import Ranker
+from as2hub.modeling import CONTEXTUAL_MODELS
 
 HAS_CUDA = torch.cuda.is_available()
 needs_cuda = pytest.mark.skipif(
@@ -276,7 +277,7 @@ def test_auto_raises_a_fast_paths_real_failure_instead_of_falling_back(stock_che
     with pytest.raises(Exception, match="(?i)protobuf|parse|load") as raised:
         Ranker.from_pretrained(folder, backend="auto")
     assert not isinstance(raised.value, backends.not_available_here())
-    from as2hub.modeling import onnx_backend
+    from as2hub.inference import onnx_backend
 
     def broken(*args, **kwargs):
         raise RuntimeError("CUDA out of memory (simulated)")
@@ -344,7 +345,7 @@ def test_gpu_half_precision_scores_stay_within_tolerance(stock_checkpoint, tmp_p
 
 
 def test_default_batch_size_is_16_on_cpu_and_64_on_a_gpu_and_scores_do_not_depend_on_it(stock_checkpoint, tmp_path):
-    from as2hub.modeling.ranking import default_batch_size
+    from as2hub.inference.ranking import default_batch_size
 
     assert default_batch_size("cpu") == 16 and default_batch_size(torch.device("cuda", 0)) == 64
     folder = spread_tiny_ranker(stock_checkpoint, tmp_path, "bert", True, export=False)

@@ -1,7 +1,8 @@
 """The import contract: as2hub's layers import downward only, and nothing imports in a circle.
 
-    modeling (remote-code folders, family registry, layouts, scoring)     layer 0
-    metrics, data_collators (readers, collators, example generation)      layer 1 (independent of each other)
+    modeling (remote-code folders, family registry, layouts, scores)      layer 0
+    inference (rankers, backends, the cascade, ONNX export and runtime)   layer 1 (independent of each other)
+    metrics, data_collators (readers, collators, example generation)      layer 1
     training (Trainer subclasses, argument checks, model builders)        layer 2
     hub_cards (cards, run record, run outputs, Hub push)                  layer 3 (independent of each other)
     serving (the scorer, the HTTP app, the batch-scoring engine)          layer 3
@@ -25,6 +26,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 LAYERS = {
     "modeling": 0,
+    "inference": 1,
     "metrics": 1,
     "data_collators": 1,
     "training": 2,

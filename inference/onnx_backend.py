@@ -7,7 +7,7 @@ Export once, next to the weights, where sentence-transformers looks for graphs::
 
 then rank with it (``pip install "as2hub[onnx]"``)::
 
-    >>> from as2hub.modeling.ranking import Ranker
+    >>> from as2hub.inference.ranking import Ranker
     >>> ranker = Ranker.from_pretrained("path/to/ranker", backend="onnx", quantize="int8", num_threads=2)  # doctest: +SKIP
     >>> ranker.rank("who wrote hamlet?", ["Hamlet is a tragedy.", "Shakespeare wrote it."])  # doctest: +SKIP
 
@@ -37,7 +37,7 @@ the folder's safetensors: a graph left behind by an older export raises :class:`
 silently scoring with old weights.
 
 A ranker with cascade heads (``config.cascade_layers``) also gets one graph per cascade stage, fp32 and int8, with the
-same checks and metadata (:mod:`as2hub.modeling.onnx_cascade`); :meth:`OnnxRankerModel.cascade_stages` runs them for
+same checks and metadata (:mod:`as2hub.inference.onnx_cascade`); :meth:`OnnxRankerModel.cascade_stages` runs them for
 ``Ranker.rank(..., cascade_drop=...)`` and refuses missing or stale ones with the command that rewrites them.
 
 Joint multi-candidate models (``joint_*``, :mod:`as2hub.modeling.joint_multicandidate`) export the same way: ONE
@@ -65,15 +65,8 @@ from pathlib import Path
 import torch
 from transformers import AutoConfig, AutoModel, AutoModelForSequenceClassification, AutoTokenizer
 
-from as2hub.modeling.cascade import NoCascadeHeadsError
-from as2hub.modeling.files import write_json_atomic
-from as2hub.modeling.first_token import first_token_last_layer
-from as2hub.modeling.folders import (
-    ModelNotFoundError,
-    NotAnAS2hubRankerError,
-    check_model_path,
-)
-from as2hub.modeling.onnx_cascade import (
+from as2hub.inference.cascade import NoCascadeHeadsError
+from as2hub.inference.onnx_cascade import (
     CASCADE_KEY,
     STAGE_GLOB,
     CascadeStageModule,
@@ -84,6 +77,13 @@ from as2hub.modeling.onnx_cascade import (
     stage_record,
     torch_stage_cases,
     trace_context,
+)
+from as2hub.modeling.files import write_json_atomic
+from as2hub.modeling.first_token import first_token_last_layer
+from as2hub.modeling.folders import (
+    ModelNotFoundError,
+    NotAnAS2hubRankerError,
+    check_model_path,
 )
 from as2hub.modeling.registry import EXPORT_LAYOUT_NAMES, FAMILIES, model_types
 from as2hub.modeling.scores import JOINT_MODEL_TYPES, probability_of_correct
@@ -187,7 +187,7 @@ class ExportSpec:
 
 
 def cross_encoder_batches(model, tokenizer) -> list[dict[str, torch.Tensor]]:
-    """Batches laid out exactly as :class:`~as2hub.modeling.ranking.Ranker` builds them (three segments when the model
+    """Batches laid out exactly as :class:`~as2hub.inference.ranking.Ranker` builds them (three segments when the model
     is contextual): the first, traced one has rows of different lengths, so the padding path of the mask is traced;
     the others change batch size and length, use tokenizer pair ids (0/1) and have no padding at all."""
     layout = SegmentLayout.from_tokenizer(tokenizer)
@@ -605,7 +605,7 @@ def export_onnx(folder, quantize: str | None = None, opset: int = DEFAULT_OPSET)
 
 
 def _export_cascade_stages(model, batches, staging: Path, metadata: dict, quantize: str | None, opset: int):
-    """Trace, check and (with ``quantize``) quantize one graph per cascade stage (:mod:`as2hub.modeling.onnx_cascade`)
+    """Trace, check and (with ``quantize``) quantize one graph per cascade stage (:mod:`as2hub.inference.onnx_cascade`)
     into ``staging``; the fp32 graphs are refused beyond :data:`EXPORT_ATOL` of the torch staged path (scores, and
     hidden states relative to their scale). Returns (written, report), keyed ``cascade_stage{k}[/int8]``."""
     ort = require_onnx()
@@ -721,7 +721,7 @@ class OnnxOutput:
 
 
 class OnnxRankerModel:
-    """An ONNX Runtime session that stands in for the torch model inside :class:`~as2hub.modeling.ranking.Ranker`.
+    """An ONNX Runtime session that stands in for the torch model inside :class:`~as2hub.inference.ranking.Ranker`.
 
     It offers what ``Ranker`` uses: ``config``, ``device``, ``eval()``, ``model(**batch).logits`` and
     ``logits_to_scores``. Threads: ``num_threads`` sets ONNX Runtime's intra-op threads (default: ONNX Runtime's
@@ -811,7 +811,7 @@ class OnnxRankerModel:
 
     def cascade_stages(self) -> OnnxCascadeStages:
         """The cascade's stage graphs beside this graph (``onnx/cascade_stage{k}[_qint8_dynamic].onnx``), loaded on
-        first use with this session's options: what :func:`~as2hub.modeling.cascade.cascade_scores` runs for
+        first use with this session's options: what :func:`~as2hub.inference.cascade.cascade_scores` runs for
         ``Ranker.rank(..., cascade_drop=...)``. Missing or stale stage graphs raise with the command that writes them."""
         if self._cascade is None:
             self._cascade = load_cascade_stages(
@@ -828,7 +828,7 @@ class OnnxRankerModel:
 def load_cascade_stages(
     folder, config, quantize: str | None = None, session_options=None, providers=None, check_weights: bool = True
 ) -> OnnxCascadeStages:
-    """Sessions on a ranker folder's cascade stage graphs (:mod:`as2hub.modeling.onnx_cascade`).
+    """Sessions on a ranker folder's cascade stage graphs (:mod:`as2hub.inference.onnx_cascade`).
 
     :class:`MissingOnnxExportError` when a stage graph is missing (a folder exported before it had cascade heads, or
     by an older as2hub), :class:`StaleOnnxExportError` when one was exported from other weights, config, quantization

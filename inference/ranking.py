@@ -1,7 +1,7 @@
 """Ranking answer candidates with a (contextual) AS2 cross-encoder.
 
 Example:
-    >>> from as2hub.modeling.ranking import Ranker
+    >>> from as2hub.inference.ranking import Ranker
     >>> ranker = Ranker.from_pretrained("path/to/ranker")  # doctest: +SKIP
     >>> ranker.rank("who wrote hamlet?", ["Hamlet is a tragedy.", "Shakespeare wrote it."])  # doctest: +SKIP
     [RankedCandidate(index=1, score=0.93, text='Shakespeare wrote it.'), RankedCandidate(index=0, ...)]
@@ -9,8 +9,8 @@ Example:
 Speed comes from tokenizing every text once in one fast-tokenizer call, sorting pairs by length so each batch pads
 little, padding each batch only to its own longest row, computing the last layer for the first token only (the one
 the head reads, :mod:`as2hub.modeling.first_token`) and running under ``torch.inference_mode``. ``Ranker.from_pretrained(path, backend="auto")`` runs the same batches on the fastest
-correct backend for the machine: ONNX Runtime int8 (:mod:`as2hub.modeling.onnx_backend`), torch bf16 where the CPU
-has bf16 hardware, fp16/bf16 on a GPU (:mod:`as2hub.modeling.backends`, ``modeling/BACKENDS.md``).
+correct backend for the machine: ONNX Runtime int8 (:mod:`as2hub.inference.onnx_backend`), torch bf16 where the CPU
+has bf16 hardware, fp16/bf16 on a GPU (:mod:`as2hub.inference.backends`, ``modeling/BACKENDS.md``).
 
 With a ``pipeline("text-classification", model=folder, trust_remote_code=True)`` pass the context inside the pair::
 
@@ -27,9 +27,9 @@ from dataclasses import dataclass, field
 import torch
 from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
-from as2hub.modeling import backends
-from as2hub.modeling.backends import BACKENDS, LoadedModel, ScoringModel, check_runnable, normalize, torch_dtype
-from as2hub.modeling.cascade import cascade_order, cascade_scores
+from as2hub.inference import backends
+from as2hub.inference.backends import BACKENDS, LoadedModel, ScoringModel, check_runnable, normalize, torch_dtype
+from as2hub.inference.cascade import cascade_order, cascade_scores
 from as2hub.modeling.first_token import first_token_last_layer
 from as2hub.modeling.folders import check_model_path
 from as2hub.modeling.segment_layout import SegmentLayout, pad_batch
@@ -56,9 +56,9 @@ def context_text_pair(tokenizer, candidate: str, context: str) -> str:
 
 def load_scoring_model(path, auto_class, backend="torch", quantize=None, num_threads=None, trust_remote_code=True):
     """``(model, folder)`` for a ranker: the torch model (``auto_class``) or an ONNX Runtime session standing in for it
-    (``backend="onnx"``, :class:`~as2hub.modeling.onnx_backend.OnnxRankerModel`; a Hub id resolves to its download).
-    The backend names are those of :mod:`as2hub.modeling.backends`; ``.backend`` is the one that runs (with
-    ``"auto"``, the one it picked). Returns a :class:`~as2hub.modeling.backends.LoadedModel`."""
+    (``backend="onnx"``, :class:`~as2hub.inference.onnx_backend.OnnxRankerModel`; a Hub id resolves to its download).
+    The backend names are those of :mod:`as2hub.inference.backends`; ``.backend`` is the one that runs (with
+    ``"auto"``, the one it picked). Returns a :class:`~as2hub.inference.backends.LoadedModel`."""
     check_model_path(path)  # a wrong path: one clear error (modeling/folders.py), not transformers' traceback
     name, quantize = normalize(backend, quantize)
     if name == "auto":
@@ -98,7 +98,7 @@ def _load(name, path, auto_class, quantize, num_threads, trust_remote_code):
 
 
 def _load_auto(path, auto_class, quantize, num_threads, trust_remote_code):
-    """The first backend of :func:`~as2hub.modeling.backends.auto_order` that loads; one log line says which and why."""
+    """The first backend of :func:`~as2hub.inference.backends.auto_order` that loads; one log line says which and why."""
     if quantize is not None:
         raise ValueError("backend='auto' chooses the precision itself: pass quantize with backend='onnx'")
     cpu = backends.cpu_features()
@@ -185,7 +185,7 @@ class Ranker:
         ``backend``: ``"torch"`` (fp32, the default: the reference scores), ``"auto"`` (the fastest correct backend for
         this machine; what to use when you do not care, see ``modeling/BACKENDS.md``), ``"torch-bf16"``, ``"onnx"``
         (``quantize="int8"``, or ``"onnx-int8"``), ``"cuda-fp16"``, ``"cuda-bf16"``
-        (:mod:`as2hub.modeling.backends`). ``ranker.backend`` says which one runs.
+        (:mod:`as2hub.inference.backends`). ``ranker.backend`` says which one runs.
 
         ``backend="onnx"`` runs ``onnx/model.onnx`` (``quantize="int8"``: ``onnx/model_qint8_dynamic.onnx``) written by
         ``as2hub-export-onnx PATH [--quantize int8]`` (``pip install "as2hub[onnx]"``), with ``num_threads`` intra-op
@@ -248,7 +248,7 @@ class Ranker:
     ) -> list[RankedCandidate]:
         """Candidates sorted by score, best first.
 
-        ``cascade_drop`` (a model with cascade heads, :mod:`as2hub.modeling.cascade`): at each head the weakest
+        ``cascade_drop`` (a model with cascade heads, :mod:`as2hub.inference.cascade`): at each head the weakest
         ``cascade_drop`` of the remaining candidates leave; they rank below the survivors, in their head's order, and
         their ``layer`` says which head scored them. ``None`` (the default) scores every candidate with the full model.
 

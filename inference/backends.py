@@ -1,8 +1,8 @@
 """Which scoring backend a ranker runs on: the machine's CPU features and GPU, the installed extras, and
 ``backend="auto"``, the choice of the fastest correct one.
 
-Backends (the names :meth:`~as2hub.modeling.ranking.Ranker.from_pretrained` and
-:meth:`~as2hub.modeling.joint_ranking.JointRanker.from_pretrained` take):
+Backends (the names :meth:`~as2hub.inference.ranking.Ranker.from_pretrained` and
+:meth:`~as2hub.inference.joint_ranking.JointRanker.from_pretrained` take):
 
 ============== ======================================================= ================================================
 name           what runs                                               needs
@@ -32,7 +32,7 @@ runtime error, CUDA out of memory) is raised, not hidden behind a silent fall-ba
 explicitly named backend that cannot run raises :class:`BackendUnavailableError` (or ``ImportError`` for a missing
 extra), saying why and what to install or run.
 
-    >>> from as2hub.modeling.backends import CpuFeatures, auto_order
+    >>> from as2hub.inference.backends import CpuFeatures, auto_order
     >>> auto_order(CpuFeatures("AMD EPYC", frozenset({"avx2", "fma"})), cuda=False)
     ('onnx-int8', 'onnx', 'torch')
     >>> auto_order(CpuFeatures("Intel Xeon", frozenset({"avx512f", "avx512_vnni", "avx512_bf16", "amx_bf16"})), cuda=False)
@@ -88,9 +88,9 @@ class BackendUnavailableError(RuntimeError):
 
 @runtime_checkable
 class ScoringModel(Protocol):
-    """What a scoring backend provides to :class:`~as2hub.modeling.ranking.Ranker` and
-    :class:`~as2hub.modeling.joint_ranking.JointRanker`: a torch model (``PreTrainedModel``) has it, and so has
-    :class:`~as2hub.modeling.onnx_backend.OnnxRankerModel`. A new backend is a class with these members and a row of
+    """What a scoring backend provides to :class:`~as2hub.inference.ranking.Ranker` and
+    :class:`~as2hub.inference.joint_ranking.JointRanker`: a torch model (``PreTrainedModel``) has it, and so has
+    :class:`~as2hub.inference.onnx_backend.OnnxRankerModel`. A new backend is a class with these members and a row of
     :data:`BACKENDS`. ``pad_to_multiple_of`` is optional (torch pads to 8; ``None`` pads exactly)."""
 
     config: Any  # the ranker's PretrainedConfig: type_vocab_size, contextual, label2id, the joint slot layout
@@ -225,8 +225,8 @@ def normalize(backend: str, quantize: str | None) -> tuple[str, str | None]:
 def not_available_here() -> tuple[type[BaseException], ...]:
     """The exceptions that mean "this backend cannot run on this machine or folder" (``auto`` falls back on these
     alone, with a WARNING): no GPU / no native bf16 (:class:`BackendUnavailableError`), the ``onnx`` extra missing
-    (``ImportError``), no exported graph (:class:`~as2hub.modeling.onnx_backend.MissingOnnxExportError`), a graph from
-    other weights or an older as2hub (:class:`~as2hub.modeling.onnx_backend.StaleOnnxExportError`)."""
+    (``ImportError``), no exported graph (:class:`~as2hub.inference.onnx_backend.MissingOnnxExportError`), a graph from
+    other weights or an older as2hub (:class:`~as2hub.inference.onnx_backend.StaleOnnxExportError`)."""
     from .onnx_backend import MissingOnnxExportError, StaleOnnxExportError
 
     return (BackendUnavailableError, ImportError, MissingOnnxExportError, StaleOnnxExportError)

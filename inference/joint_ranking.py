@@ -1,13 +1,13 @@
 """Ranking answer candidates with a joint multi-candidate model, alone or as the second stage of a cascade.
 
 Alone, the candidates are read k at a time (consecutive groups of k, as the ``all`` grouping evaluates them) and
-sorted by the joint probability that each is correct. With a pairwise :class:`~as2hub.modeling.ranking.Ranker`, the
+sorted by the joint probability that each is correct. With a pairwise :class:`~as2hub.inference.ranking.Ranker`, the
 pairwise model scores every candidate, and the joint model re-ranks its top k in one pass (Di Liello et al., NAACL
 2022, table 2); the other candidates keep the pairwise order below them.
 
 Example:
-    >>> from as2hub.modeling.joint_ranking import JointRanker
-    >>> from as2hub.modeling.ranking import Ranker
+    >>> from as2hub.inference.joint_ranking import JointRanker
+    >>> from as2hub.inference.ranking import Ranker
     >>> joint = JointRanker.from_pretrained("path/to/joint", pairwise=Ranker.from_pretrained("path/to/pairwise"))  # doctest: +SKIP
     >>> joint.rank("who wrote hamlet?", candidates)  # doctest: +SKIP
     [JointRankedCandidate(index=3, score=0.94, text='...', stage='joint'), ..., JointRankedCandidate(..., stage='pairwise')]
@@ -18,8 +18,8 @@ from dataclasses import dataclass
 import torch
 from transformers import AutoModel, AutoTokenizer
 
+from as2hub.inference.ranking import RankedCandidate, Ranker, load_scoring_model
 from as2hub.modeling.joint_multicandidate.joint_layout import SlotLayout, group
-from as2hub.modeling.ranking import RankedCandidate, Ranker, load_scoring_model
 from as2hub.modeling.scores import probability_of_correct
 
 

@@ -11,7 +11,7 @@ fine-tuned ranker: ``--cascade_heads_only``; ``modeling/CASCADE.md``). :func:`ca
 any number of questions at once: each stage batches the survivors of every question (length-sorted, padded to the
 batch's longest row), and the drop is decided per question.
 
-The order a :class:`~as2hub.modeling.ranking.Ranker` returns: the candidates that reached the last layer by the full
+The order a :class:`~as2hub.inference.ranking.Ranker` returns: the candidates that reached the last layer by the full
 model's score, then those dropped at the last head by that head's score, and so on back to the first head. A score is
 comparable only with the scores of its own stage, which is why ``RankedCandidate.layer`` says which stage gave it.
 

@@ -1,6 +1,6 @@
 """The layer cascade on ONNX Runtime: one graph per cascade stage, exported next to the ranker's own graph.
 
-A ranker with cascade heads (``config.cascade_layers``, :mod:`as2hub.modeling.cascade`) ranks with ``cascade_drop``
+A ranker with cascade heads (``config.cascade_layers``, :mod:`as2hub.inference.cascade`) ranks with ``cascade_drop``
 by running its encoder in stages: the layers up to the first head, then from there to the next head, and so on, the
 weakest candidates leaving at each head. ``as2hub-export-onnx`` writes one graph per stage beside ``onnx/model.onnx``
 (:func:`stage_graph_file`), fp32 and, with ``--quantize int8``, int8 with the main graph's per-token quantization:
@@ -18,10 +18,10 @@ last          ``hidden_states``, ``attention_mask``        ``logits`` of the fin
 
 Batch and sequence axes are dynamic. The graphs trace the model's staged methods (``cascade_embed``,
 ``cascade_encode``, ``cascade_head_logits``, ``classify_hidden``) through :class:`CascadeStageModule`; the export
-(:func:`as2hub.modeling.onnx_backend.export_onnx`) checks each against the torch staged path
+(:func:`as2hub.inference.onnx_backend.export_onnx`) checks each against the torch staged path
 (:func:`torch_stage_cases`) and stamps it with the main graph's metadata plus :data:`CASCADE_KEY` (the stage and the
 stage layer ends), so a stage graph of other weights, of another quantization or of other ``cascade_layers`` is
-refused as stale. :class:`OnnxCascadeStages` runs the sessions for :func:`~as2hub.modeling.cascade.cascade_scores`
+refused as stale. :class:`OnnxCascadeStages` runs the sessions for :func:`~as2hub.inference.cascade.cascade_scores`
 (``OnnxRankerModel.cascade_stages()``). This module needs neither onnx nor onnxruntime: the ONNX backend imports it.
 """
 
@@ -32,7 +32,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from as2hub.modeling.cascade import TorchStages
+from as2hub.inference.cascade import TorchStages
 from as2hub.modeling.first_token import first_token_last_layer
 
 CASCADE_KEY = "as2hub.cascade"  # metadata: {"stage": k, "stages": [layer ends]}
@@ -111,7 +111,7 @@ class StageCase:
 
 
 def torch_stage_cases(model, batches: list[dict[str, torch.Tensor]]) -> list[list[StageCase]]:
-    """Per stage, per batch: the inputs and outputs of the torch staged path (:class:`~as2hub.modeling.cascade.
+    """Per stage, per batch: the inputs and outputs of the torch staged path (:class:`~as2hub.inference.cascade.
     TorchStages`), each later stage fed the previous stage's hidden states of the same batch (padding included)."""
     runner = TorchStages(model)
     cases: list[list[StageCase]] = [[] for _ in runner.stages]
@@ -139,7 +139,7 @@ def trace_context(model, stage: int):
 
 class OnnxCascadeStages:
     """The cascade's stages on ONNX Runtime sessions (one per stage graph): what
-    :func:`~as2hub.modeling.cascade.cascade_scores` asks of a backend (``.stages`` and ``.run``).
+    :func:`~as2hub.inference.cascade.cascade_scores` asks of a backend (``.stages`` and ``.run``).
 
     ``run(stage, batch=None, hidden=None, attention_mask=None) -> (hidden, logits)`` as torch tensors: stage 0 takes
     the padded token batch, a later stage the previous stage's hidden states (float32) re-padded with their 0/1 mask;

@@ -1,0 +1,37 @@
+"""as2hub's inference engine: rankers, scoring backends, the layer cascade and the ONNX Runtime backend.
+
+    >>> from as2hub.inference import JointRanker, Ranker
+    >>> ranker = Ranker.from_pretrained("path/to/ranker", backend="auto")  # doctest: +SKIP
+    >>> ranker.rank("who wrote hamlet?", ["Hamlet is a tragedy.", "Shakespeare wrote it."])  # doctest: +SKIP
+
+Layer 1 (``ARCHITECTURE.md``): it reads saved models through ``as2hub.modeling`` and nothing above; training, serving,
+the Hub cards and the commands use it. The modules: ``ranking`` (:class:`Ranker`), ``joint_ranking``
+(:class:`JointRanker`), ``backends`` (the backend names, ``auto``, :class:`ScoringModel`), ``cascade`` (the layer
+cascade), ``onnx_cascade`` (its ONNX stage graphs), ``onnx_backend`` (ONNX export, int8 and the ONNX Runtime session).
+"""
+
+from as2hub.inference.backends import (
+    BACKEND_CHOICES,
+    BACKENDS,
+    BackendUnavailableError,
+    LoadedModel,
+    ScoringModel,
+)
+from as2hub.inference.cascade import NoCascadeHeadsError
+from as2hub.inference.joint_ranking import JointRankedCandidate, JointRanker
+from as2hub.inference.ranking import RankedCandidate, Ranker, context_text_pair, load_scoring_model
+
+__all__ = [
+    "BACKENDS",
+    "BACKEND_CHOICES",
+    "BackendUnavailableError",
+    "JointRankedCandidate",
+    "JointRanker",
+    "LoadedModel",
+    "NoCascadeHeadsError",
+    "RankedCandidate",
+    "Ranker",
+    "ScoringModel",
+    "context_text_pair",
+    "load_scoring_model",
+]
