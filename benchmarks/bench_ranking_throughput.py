@@ -133,7 +133,7 @@ def build_untrained(folder: Path, contextual: bool) -> Path:
 
 def as2hub_copy(source: Path, target: Path) -> Path:
     """Copy the model folder (never write into the original) and export its graphs with as2hub-export-onnx."""
-    from as2hub.inference.onnx_backend import export_onnx
+    from as2hub.inference.onnx_export import export_onnx
 
     if target.exists():
         shutil.rmtree(target)
@@ -231,8 +231,8 @@ def cross_encoder(folder: Path, args, threads: int, graph: str | None = None, dt
 
 def make_systems(kind: str, folders: dict, data: dict, args, threads: int) -> dict:
     """name -> (library, zero-argument callable returning one score per pair)."""
-    from as2hub.inference.onnx_backend import GRAPH_FILES
     from as2hub.inference.ranking import Ranker
+    from as2hub.modeling.folders import GRAPH_FILES
 
     questions, candidates = data["questions"], data["candidates"]
     contexts = data["contexts"] if kind == "contextual" else None

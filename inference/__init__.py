@@ -7,7 +7,9 @@
 Layer 1 (``ARCHITECTURE.md``): it reads saved models through ``as2hub.modeling`` and nothing above; training, serving,
 the Hub cards and the commands use it. The modules: ``ranking`` (:class:`Ranker`), ``joint_ranking``
 (:class:`JointRanker`), ``backends`` (the backend names, ``auto``, :class:`ScoringModel`), ``cascade`` (the layer
-cascade), ``onnx_cascade`` (its ONNX stage graphs), ``onnx_backend`` (ONNX export, int8 and the ONNX Runtime session).
+cascade), ``onnx_export`` (``as2hub-export-onnx``: the graphs and their int8 quantization), ``onnx_runtime`` (the ONNX
+Runtime session, :class:`OnnxRankerModel`) and ``onnx_cascade`` (the cascade's stage graphs). What a saved ranker
+folder holds (``check_ranker_folder``, ``weights_sha256``, the graph file names) is ``as2hub.modeling.folders``.
 """
 
 from as2hub.inference.backends import (
@@ -19,6 +21,8 @@ from as2hub.inference.backends import (
 )
 from as2hub.inference.cascade import NoCascadeHeadsError
 from as2hub.inference.joint_ranking import JointRankedCandidate, JointRanker
+from as2hub.inference.onnx_export import export_onnx
+from as2hub.inference.onnx_runtime import MissingOnnxExportError, OnnxRankerModel, StaleOnnxExportError
 from as2hub.inference.ranking import RankedCandidate, Ranker, context_text_pair, load_scoring_model
 
 __all__ = [
@@ -28,10 +32,14 @@ __all__ = [
     "JointRankedCandidate",
     "JointRanker",
     "LoadedModel",
+    "MissingOnnxExportError",
     "NoCascadeHeadsError",
+    "OnnxRankerModel",
     "RankedCandidate",
     "Ranker",
     "ScoringModel",
+    "StaleOnnxExportError",
     "context_text_pair",
+    "export_onnx",
     "load_scoring_model",
 ]

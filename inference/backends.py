@@ -22,7 +22,7 @@ name           what runs                                               needs
 
 ONNX Runtime's int8 kernels (MLAS) pick the CPU's integer dot-product instructions themselves: ``vpmaddubsw`` on AVX2,
 VNNI (``avx512_vnni`` / ``avx_vnni``) and AMX (``amx_int8``) where present, so one int8 graph serves every x86 CPU (its
-weights use 7 bits, so that ``vpmaddubsw``'s int16 sums cannot saturate: ``onnx_backend.quantize_int8``).
+weights use 7 bits, so that ``vpmaddubsw``'s int16 sums cannot saturate: ``onnx_export.quantize_int8``).
 
 ``auto`` skips a candidate only for the expected reasons it cannot run here (:data:`NOT_AVAILABLE_HERE`: no GPU or
 no native bf16 on it, the ``onnx`` extra not installed, no exported graph, a graph exported from other weights or by
@@ -90,7 +90,7 @@ class BackendUnavailableError(RuntimeError):
 class ScoringModel(Protocol):
     """What a scoring backend provides to :class:`~as2hub.inference.ranking.Ranker` and
     :class:`~as2hub.inference.joint_ranking.JointRanker`: a torch model (``PreTrainedModel``) has it, and so has
-    :class:`~as2hub.inference.onnx_backend.OnnxRankerModel`. A new backend is a class with these members and a row of
+    :class:`~as2hub.inference.onnx_runtime.OnnxRankerModel`. A new backend is a class with these members and a row of
     :data:`BACKENDS`. ``pad_to_multiple_of`` is optional (torch pads to 8; ``None`` pads exactly)."""
 
     config: Any  # the ranker's PretrainedConfig: type_vocab_size, contextual, label2id, the joint slot layout
@@ -225,9 +225,9 @@ def normalize(backend: str, quantize: str | None) -> tuple[str, str | None]:
 def not_available_here() -> tuple[type[BaseException], ...]:
     """The exceptions that mean "this backend cannot run on this machine or folder" (``auto`` falls back on these
     alone, with a WARNING): no GPU / no native bf16 (:class:`BackendUnavailableError`), the ``onnx`` extra missing
-    (``ImportError``), no exported graph (:class:`~as2hub.inference.onnx_backend.MissingOnnxExportError`), a graph from
-    other weights or an older as2hub (:class:`~as2hub.inference.onnx_backend.StaleOnnxExportError`)."""
-    from .onnx_backend import MissingOnnxExportError, StaleOnnxExportError
+    (``ImportError``), no exported graph (:class:`~as2hub.inference.onnx_runtime.MissingOnnxExportError`), a graph from
+    other weights or an older as2hub (:class:`~as2hub.inference.onnx_runtime.StaleOnnxExportError`)."""
+    from .onnx_runtime import MissingOnnxExportError, StaleOnnxExportError
 
     return (BackendUnavailableError, ImportError, MissingOnnxExportError, StaleOnnxExportError)
 

@@ -18,7 +18,7 @@ last          ``hidden_states``, ``attention_mask``        ``logits`` of the fin
 
 Batch and sequence axes are dynamic. The graphs trace the model's staged methods (``cascade_embed``,
 ``cascade_encode``, ``cascade_head_logits``, ``classify_hidden``) through :class:`CascadeStageModule`; the export
-(:func:`as2hub.inference.onnx_backend.export_onnx`) checks each against the torch staged path
+(:func:`as2hub.inference.onnx_export.export_onnx`) checks each against the torch staged path
 (:func:`torch_stage_cases`) and stamps it with the main graph's metadata plus :data:`CASCADE_KEY` (the stage and the
 stage layer ends), so a stage graph of other weights, of another quantization or of other ``cascade_layers`` is
 refused as stale. :class:`OnnxCascadeStages` runs the sessions for :func:`~as2hub.inference.cascade.cascade_scores`

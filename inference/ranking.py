@@ -9,7 +9,7 @@ Example:
 Speed comes from tokenizing every text once in one fast-tokenizer call, sorting pairs by length so each batch pads
 little, padding each batch only to its own longest row, computing the last layer for the first token only (the one
 the head reads, :mod:`as2hub.modeling.first_token`) and running under ``torch.inference_mode``. ``Ranker.from_pretrained(path, backend="auto")`` runs the same batches on the fastest
-correct backend for the machine: ONNX Runtime int8 (:mod:`as2hub.inference.onnx_backend`), torch bf16 where the CPU
+correct backend for the machine: ONNX Runtime int8 (:mod:`as2hub.inference.onnx_runtime`), torch bf16 where the CPU
 has bf16 hardware, fp16/bf16 on a GPU (:mod:`as2hub.inference.backends`, ``modeling/BACKENDS.md``).
 
 With a ``pipeline("text-classification", model=folder, trust_remote_code=True)`` pass the context inside the pair::
@@ -56,7 +56,7 @@ def context_text_pair(tokenizer, candidate: str, context: str) -> str:
 
 def load_scoring_model(path, auto_class, backend="torch", quantize=None, num_threads=None, trust_remote_code=True):
     """``(model, folder)`` for a ranker: the torch model (``auto_class``) or an ONNX Runtime session standing in for it
-    (``backend="onnx"``, :class:`~as2hub.inference.onnx_backend.OnnxRankerModel`; a Hub id resolves to its download).
+    (``backend="onnx"``, :class:`~as2hub.inference.onnx_runtime.OnnxRankerModel`; a Hub id resolves to its download).
     The backend names are those of :mod:`as2hub.inference.backends`; ``.backend`` is the one that runs (with
     ``"auto"``, the one it picked). Returns a :class:`~as2hub.inference.backends.LoadedModel`."""
     check_model_path(path)  # a wrong path: one clear error (modeling/folders.py), not transformers' traceback
@@ -77,7 +77,7 @@ def load_scoring_model(path, auto_class, backend="torch", quantize=None, num_thr
 def _load(name, path, auto_class, quantize, num_threads, trust_remote_code):
     engine = BACKENDS[name][0]
     if engine == "onnx":
-        from .onnx_backend import OnnxRankerModel
+        from .onnx_runtime import OnnxRankerModel
 
         model = OnnxRankerModel.from_pretrained(
             path, quantize=quantize, num_threads=num_threads, trust_remote_code=trust_remote_code

@@ -19,7 +19,8 @@ import json
 import logging
 import sys
 
-from as2hub.inference.onnx_backend import DEFAULT_OPSET, QUANTIZE_CHOICES, check_ranker_folder, export_onnx
+from as2hub.inference.onnx_export import DEFAULT_OPSET, export_onnx
+from as2hub.modeling.folders import QUANTIZE_CHOICES, check_ranker_folder
 from as2hub.run_scripts.arguments import run_cli, setup_logging
 
 logger = logging.getLogger("as2hub.export_onnx")

@@ -83,7 +83,7 @@ __all__ = ["Query", "Ranked", "RerankScorer", "ServeConfig", "build_app", "check
 
 def check_folders(config: ServeConfig) -> None:
     """Name a wrong folder or a contradictory option before Ray starts (a Hub id is left to the loader)."""
-    from as2hub.inference.onnx_backend import check_ranker_folder
+    from as2hub.modeling.folders import check_ranker_folder
 
     for path in (config.model, config.pairwise):
         if path is None:

@@ -21,7 +21,8 @@ from as2hub.inference.backends import (
     parse_cpuinfo,
 )
 from as2hub.inference.joint_ranking import JointRanker
-from as2hub.inference.onnx_backend import OnnxRankerModel, export_onnx
+from as2hub.inference.onnx_export import export_onnx
+from as2hub.inference.onnx_runtime import OnnxRankerModel
 from as2hub.inference.ranking import Ranker
 from as2hub.modeling import CONTEXTUAL_MODELS
 
@@ -277,12 +278,11 @@ def test_auto_raises_a_fast_paths_real_failure_instead_of_falling_back(stock_che
     with pytest.raises(Exception, match="(?i)protobuf|parse|load") as raised:
         Ranker.from_pretrained(folder, backend="auto")
     assert not isinstance(raised.value, backends.not_available_here())
-    from as2hub.inference import onnx_backend
 
     def broken(*args, **kwargs):
         raise RuntimeError("CUDA out of memory (simulated)")
 
-    monkeypatch.setattr(onnx_backend.OnnxRankerModel, "from_pretrained", broken)
+    monkeypatch.setattr(OnnxRankerModel, "from_pretrained", broken)
     with pytest.raises(RuntimeError, match="out of memory"):
         Ranker.from_pretrained(folder, backend="auto")
 

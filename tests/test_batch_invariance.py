@@ -12,7 +12,7 @@ from test_onnx_backend import CANDIDATES, CONTEXTS, QUESTION
 from test_onnx_joint import saved_joint
 
 from as2hub.inference.joint_ranking import JointRanker
-from as2hub.inference.onnx_backend import export_onnx
+from as2hub.inference.onnx_export import export_onnx
 from as2hub.inference.ranking import Ranker
 
 EXACT = 1e-6  # the bound for the fp32 and int8 paths

@@ -100,7 +100,7 @@ def test_exported_graph_computes_the_last_feed_forward_for_the_first_token(stock
     import onnxruntime as ort
 
     folder = spread_tiny_ranker(stock_checkpoint, tmp_path / "m", "bert", False, export=False)
-    from as2hub.inference.onnx_backend import export_onnx
+    from as2hub.inference.onnx_export import export_onnx
 
     paths = export_onnx(folder)  # checks the graph's scores against the full torch model's
     graph = onnx.load(str(paths["fp32"]))

@@ -11,7 +11,7 @@ from transformers import AutoTokenizer
 
 from as2hub.inference import ranking
 from as2hub.inference.joint_ranking import JointRanker
-from as2hub.inference.onnx_backend import OnnxRankerModel, check_ranker_folder
+from as2hub.inference.onnx_runtime import OnnxRankerModel
 from as2hub.inference.ranking import Ranker
 from as2hub.modeling import CONTEXTUAL_MODELS
 from as2hub.modeling.folders import (
@@ -20,6 +20,7 @@ from as2hub.modeling.folders import (
     NotAModelFolderError,
     NotAnAS2hubRankerError,
     check_model_path,
+    check_ranker_folder,
 )
 from as2hub.modeling.lora import add_lora, embedding_layers_to_save
 from as2hub.run_scripts.arguments import run_cli, user_errors

@@ -13,15 +13,11 @@ import torch
 from helpers import BACKBONES, BLOCK_AS2HUB, needs_onnx
 from transformers import AutoTokenizer
 
-from as2hub.inference.onnx_backend import (
-    GRAPH_FILES,
-    NotAnAS2hubRankerError,
-    OnnxRankerModel,
-    StaleOnnxExportError,
-    export_onnx,
-)
+from as2hub.inference.onnx_export import export_onnx
+from as2hub.inference.onnx_runtime import OnnxRankerModel, StaleOnnxExportError
 from as2hub.inference.ranking import Ranker, context_text_pair
 from as2hub.modeling import CONTEXTUAL_MODELS
+from as2hub.modeling.folders import GRAPH_FILES, NotAnAS2hubRankerError
 from as2hub.modeling.scores import probability_of_correct
 from as2hub.run_scripts import export_onnx as export_script
 

@@ -214,7 +214,7 @@ def test_longformer_block(stock_checkpoint):
 def test_onnxruntime_block_scores_like_the_torch_model(ranker_dir):
     from transformers import AutoModelForSequenceClassification
 
-    from as2hub.inference.onnx_backend import export_onnx
+    from as2hub.inference.onnx_export import export_onnx
 
     export_onnx(ranker_dir)
     block = block_starting("import numpy as np")
@@ -275,7 +275,7 @@ def test_pipeline_block_without_as2hub_prints_one_dict(ranker_dir):
 @needs_onnx
 @pytest.mark.slow
 def test_onnxruntime_block_without_as2hub_needs_no_prompt(ranker_dir):
-    from as2hub.inference.onnx_backend import export_onnx
+    from as2hub.inference.onnx_export import export_onnx
 
     if not (ranker_dir / "onnx" / "model.onnx").is_file():
         export_onnx(ranker_dir)

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from transformers import AutoConfig, AutoModel, AutoModelForSequenceClassification
 
-from as2hub.inference.onnx_backend import EXPORT_LAYOUTS, EXPORT_SPECS
+from as2hub.inference.onnx_export import EXPORT_LAYOUTS, EXPORT_SPECS
 from as2hub.modeling import CONTEXTUAL_MODELS, JOINT_MODELS, JOINT_PRETRAINING_MODELS, SSP_MODELS, registry
 from as2hub.modeling.first_token import FIRST_TOKEN_MODEL_TYPES
 from as2hub.modeling.registry import FAMILIES, Family, check_family, family_of, model_types, position_offset

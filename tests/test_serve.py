@@ -162,7 +162,7 @@ def test_the_cascade_and_a_joint_model_alone_rank_as_joint_ranker(folders):
 def test_the_backend_is_passed_on_to_the_ranker(folders, tmp_path):
     import shutil
 
-    from as2hub.inference.onnx_backend import export_onnx
+    from as2hub.inference.onnx_export import export_onnx
 
     folder = shutil.copytree(folders["pairwise"], tmp_path / "pairwise")
     export_onnx(folder)
@@ -182,7 +182,7 @@ def test_raw_scores_are_logits_and_stay_finite():
 
 
 def test_wrong_folders_are_named_before_ray_starts(folders, tmp_path):
-    from as2hub.inference.onnx_backend import NotAnAS2hubRankerError
+    from as2hub.modeling.folders import NotAnAS2hubRankerError
     from as2hub.run_scripts.serve import ArgumentError
 
     with pytest.raises(FileNotFoundError, match="no such model folder"):

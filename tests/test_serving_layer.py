@@ -39,7 +39,7 @@ def test_torch_and_onnx_models_provide_what_a_scoring_backend_must(stock_checkpo
     assert isinstance(model, ScoringModel)
     assert Ranker(model, AutoTokenizer.from_pretrained(source)).backend == "torch"
     assert not isinstance(object(), ScoringModel)
-    from as2hub.inference.onnx_backend import OnnxRankerModel
+    from as2hub.inference.onnx_runtime import OnnxRankerModel
 
     assert all(hasattr(OnnxRankerModel, name) for name in ("eval", "logits_to_scores", "device", "__call__"))
 

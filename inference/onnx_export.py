@@ -1,13 +1,13 @@
-"""ONNX Runtime backend for as2hub rankers: export, int8 quantization, and a session that scores like the torch model.
+"""ONNX export of as2hub rankers: the traced graph, int8 quantization and the checks that the graphs score like torch.
 
 Export once, next to the weights, where sentence-transformers looks for graphs::
 
     as2hub-export-onnx path/to/ranker --quantize int8
     # -> path/to/ranker/onnx/model.onnx (fp32), onnx/model_qint8_dynamic.onnx (int8), onnx/as2hub_export.json
 
-then rank with it (``pip install "as2hub[onnx]"``)::
+then rank with it (``pip install "as2hub[onnx]"``; the session: :mod:`as2hub.inference.onnx_runtime`)::
 
-    >>> from as2hub.inference.ranking import Ranker
+    >>> from as2hub.inference import Ranker
     >>> ranker = Ranker.from_pretrained("path/to/ranker", backend="onnx", quantize="int8", num_threads=2)  # doctest: +SKIP
     >>> ranker.rank("who wrote hamlet?", ["Hamlet is a tragedy.", "Shakespeare wrote it."])  # doctest: +SKIP
 
@@ -33,12 +33,12 @@ offline ``onnxruntime.transformers`` optimization (fused ``Attention``/``QAttent
 project's 2-core CPU (fp32 and int8), so it is not applied. Figures: ``modeling/BACKENDS.md``.
 
 Each graph carries the SHA-256 of the weights it was exported from (``metadata_props``), and loading checks it against
-the folder's safetensors: a graph left behind by an older export raises :class:`StaleOnnxExportError` instead of
-silently scoring with old weights.
+the folder's safetensors (:func:`~as2hub.inference.onnx_runtime.check_not_stale`): a graph left behind by an older
+export raises :class:`~as2hub.inference.onnx_runtime.StaleOnnxExportError` instead of silently scoring with old
+weights.
 
 A ranker with cascade heads (``config.cascade_layers``) also gets one graph per cascade stage, fp32 and int8, with the
-same checks and metadata (:mod:`as2hub.inference.onnx_cascade`); :meth:`OnnxRankerModel.cascade_stages` runs them for
-``Ranker.rank(..., cascade_drop=...)`` and refuses missing or stale ones with the command that rewrites them.
+same checks and metadata (:mod:`as2hub.inference.onnx_cascade`).
 
 Joint multi-candidate models (``joint_*``, :mod:`as2hub.modeling.joint_multicandidate`) export the same way: ONE
 graph over the fixed ``(k+1)·L`` slot layout (dynamic batch axis only), ``logits`` of shape ``(batch, k)`` for
@@ -46,12 +46,12 @@ graph over the fixed ``(k+1)·L`` slot layout (dynamic batch axis only), ``logit
 heads; the slot token types are an explicit input, the positions (and, with ``first_token_attention="own_slot"``,
 the slot attention mask) are computed inside the graph. Rank with
 ``JointRanker.from_pretrained(path, backend="onnx", quantize="int8")``. Another input layout is one entry in
-:data:`EXPORT_LAYOUTS` (named by the family's ``onnx_export`` in :mod:`~as2hub.modeling.registry`): how to build dummy batches, which axes are dynamic and which Auto class loads the model;
-export, quantization, metadata, verification and the session wrapper do not depend on the layout.
+:data:`EXPORT_LAYOUTS` (named by the family's ``onnx_export`` in :mod:`~as2hub.modeling.registry`): how to build
+dummy batches, which axes are dynamic and which Auto class loads the model; export, quantization, metadata,
+verification and the session do not depend on the layout.
 """
 
 import contextlib
-import hashlib
 import json
 import logging
 import os
@@ -63,14 +63,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from transformers import AutoConfig, AutoModel, AutoModelForSequenceClassification, AutoTokenizer
+from transformers import AutoModel, AutoModelForSequenceClassification, AutoTokenizer
 
-from as2hub.inference.cascade import NoCascadeHeadsError
 from as2hub.inference.onnx_cascade import (
     CASCADE_KEY,
     STAGE_GLOB,
     CascadeStageModule,
-    OnnxCascadeStages,
     stage_ends,
     stage_graph_file,
     stage_io,
@@ -78,97 +76,32 @@ from as2hub.inference.onnx_cascade import (
     torch_stage_cases,
     trace_context,
 )
+from as2hub.inference.onnx_runtime import (
+    CONFIG_KEY,
+    INT8_DESCRIPTION,
+    WEIGHTS_KEY,
+    graph_config,
+    require_onnx,
+)
 from as2hub.modeling.files import write_json_atomic
 from as2hub.modeling.first_token import first_token_last_layer
 from as2hub.modeling.folders import (
-    ModelNotFoundError,
-    NotAnAS2hubRankerError,
-    check_model_path,
+    EXPORT_RECORD,
+    GRAPH_FILES,
+    ONNX_SUBFOLDER,
+    QUANTIZE_CHOICES,
+    check_ranker_folder,
+    weights_sha256,
 )
 from as2hub.modeling.registry import EXPORT_LAYOUT_NAMES, FAMILIES, model_types
-from as2hub.modeling.scores import JOINT_MODEL_TYPES, probability_of_correct
+from as2hub.modeling.scores import probability_of_correct
 from as2hub.modeling.segment_layout import SegmentLayout, pad_batch
 
 logger = logging.getLogger("as2hub.onnx")
 
-ONNX_SUBFOLDER = "onnx"
-GRAPH_FILES = {None: "model.onnx", "int8": "model_qint8_dynamic.onnx"}
-EXPORT_RECORD = "as2hub_export.json"
-QUANTIZE_CHOICES = tuple(key for key in GRAPH_FILES if key)
 DEFAULT_OPSET = 17
 EXPORT_ATOL = 1e-4  # the ONNX fp32 graph must give the torch scores (probabilities) within this (issue #13)
-INSTALL_HINT = 'pip install "as2hub[onnx]"  (onnxruntime and onnx)'
 AS2HUB_MODEL_TYPES = model_types(onnx_export="cross_encoder")
-WEIGHTS_KEY = "as2hub.weights_sha256"
-CONFIG_KEY = "as2hub.config"
-
-
-class StaleOnnxExportError(ValueError):
-    """An ``onnx/`` graph that was not exported from the folder's current weights or config."""
-
-
-class MissingOnnxExportError(FileNotFoundError):
-    """A saved ranker without the ``onnx/`` graph asked for (``as2hub-export-onnx`` writes it)."""
-
-
-def require_onnx(*, quantize: bool = False):
-    """Import onnxruntime (and ``onnx`` when ``quantize`` or exporting); a clear error when the extra is missing."""
-    try:
-        import onnxruntime
-
-        if quantize:
-            import onnx  # noqa: F401
-    except ImportError as error:
-        raise ImportError(f"the ONNX backend needs the `onnx` extra: {INSTALL_HINT} ({error})") from error
-    return onnxruntime
-
-
-# --------------------------------------------------------------------------------------------------------------------
-# What identifies the weights and config a graph was exported from
-
-
-def weight_files(folder: Path) -> list[Path]:
-    """The safetensors file(s) of a saved folder (a sharded checkpoint: the index and its shards), else the .bin."""
-    index = folder / "model.safetensors.index.json"
-    if index.is_file():
-        shards = sorted(set(json.loads(index.read_text())["weight_map"].values()))
-        return [index, *(folder / shard for shard in shards)]
-    for name in ("model.safetensors", "pytorch_model.bin"):
-        if (folder / name).is_file():
-            return [folder / name]
-    return []
-
-
-def weights_sha256(folder: Path) -> str | None:
-    """SHA-256 over the weight files (about 0.2 s for MiniLM's 90 MB); None when the folder has no weights."""
-    files = weight_files(folder)
-    if not files:
-        return None
-    digest = hashlib.sha256()
-    for path in files:
-        with open(path, "rb") as handle:
-            for block in iter(lambda: handle.read(1 << 22), b""):
-                digest.update(block)
-    return digest.hexdigest()
-
-
-def graph_config(config) -> dict:
-    """The config fields an exported graph depends on (beyond the weights)."""
-    fields = {
-        "model_type": config.model_type,
-        "contextual": bool(getattr(config, "contextual", False)),
-        "sep_token_id": getattr(config, "sep_token_id", None),
-        "type_vocab_size": config.type_vocab_size,
-        "num_labels": config.num_labels,
-    }
-    if config.model_type in JOINT_MODEL_TYPES:
-        fields.update(
-            {
-                key: getattr(config, key)
-                for key in ("head", "num_candidates", "slot_length", "slot_positions", "first_token_attention")
-            }
-        )
-    return fields
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -272,7 +205,7 @@ JOINT_SPEC = ExportSpec(
 # A family's ``onnx_export`` (registry.Family.onnx_export) -> how to export it.
 EXPORT_LAYOUTS: dict[str, ExportSpec] = {"cross_encoder": CROSS_ENCODER_SPEC, "joint": JOINT_SPEC}
 if set(EXPORT_LAYOUTS) != set(EXPORT_LAYOUT_NAMES):
-    raise ImportError(f"onnx_backend.EXPORT_LAYOUTS {sorted(EXPORT_LAYOUTS)} differ from registry.EXPORT_LAYOUT_NAMES")
+    raise ImportError(f"onnx_export.EXPORT_LAYOUTS {sorted(EXPORT_LAYOUTS)} differ from registry.EXPORT_LAYOUT_NAMES")
 # model_type -> how to export it, for every registered family that is exported.
 EXPORT_SPECS: dict[str, ExportSpec] = {
     model_type: EXPORT_LAYOUTS[family.onnx_export]
@@ -292,26 +225,6 @@ class _LogitsOnly(torch.nn.Module):
 
     def forward(self, *inputs):
         return self.model(**dict(zip(self.input_names, inputs))).logits
-
-
-def check_ranker_folder(folder) -> tuple[Path, object]:
-    """(folder, config) of a saved as2hub ranker; :class:`NotAnAS2hubRankerError` naming the file otherwise."""
-    folder = Path(folder)
-    config_file = folder / "config.json"
-    if not config_file.is_file():
-        if not folder.exists():
-            raise ModelNotFoundError(f"{folder}: no such model folder")
-        check_model_path(folder)  # a file, a LoRA adapter or a folder without config.json: says which
-    model_type = json.loads(config_file.read_text()).get("model_type")
-    if model_type not in EXPORT_SPECS:
-        raise NotAnAS2hubRankerError(
-            f"{config_file}: model_type {model_type!r} is not an as2hub ranker ({', '.join(EXPORT_SPECS)}); "
-            "fine-tune one with `python -m as2hub.run_scripts.run_as2` or `run_joint` (stock models export with "
-            "optimum instead)"
-        )
-    if not weight_files(folder):
-        raise NotAnAS2hubRankerError(f"{folder} has no weights (model.safetensors): nothing to export")
-    return folder, AutoConfig.from_pretrained(folder, trust_remote_code=True)
 
 
 def _set_metadata(path: Path, metadata: dict[str, str]) -> None:
@@ -340,14 +253,6 @@ def _run_graph(path: Path, batches: list[dict], input_names) -> list:
     options.intra_op_num_threads = 1
     session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
     return [session.run(None, {name: batch[name].numpy() for name in input_names})[0] for batch in batches]
-
-
-INT8_DESCRIPTION = (
-    "int8 dynamic, per-channel QInt8 weights in 7 bits (reduce_range) for every weight MatMul, per-token activation "
-    "scales"
-)
-# An int8 graph whose metadata has another description is stale: the graphs of earlier versions had one activation
-# scale per batch (scores that depend on the other pairs of the batch) and two fp32 projections per layer.
 
 
 def quantize_int8(source: Path, target: Path) -> None:
@@ -709,213 +614,3 @@ def _drop_stale_graphs(target_dir: Path, weights: str, keep: set[Path], ends: li
             if not 0 <= stage < len(ends) or metadata[CASCADE_KEY] != stage_record(stage, list(ends)):
                 logger.warning("removing %s: a cascade stage graph of other cascade_layers", path)
                 path.unlink()
-
-
-# --------------------------------------------------------------------------------------------------------------------
-# Loading
-
-
-@dataclass
-class OnnxOutput:
-    logits: torch.Tensor
-
-
-class OnnxRankerModel:
-    """An ONNX Runtime session that stands in for the torch model inside :class:`~as2hub.inference.ranking.Ranker`.
-
-    It offers what ``Ranker`` uses: ``config``, ``device``, ``eval()``, ``model(**batch).logits`` and
-    ``logits_to_scores``. Threads: ``num_threads`` sets ONNX Runtime's intra-op threads (default: ONNX Runtime's
-    choice, one per physical core); inter-op parallelism is off (one graph runs at a time). Pass ``session_options``
-    (an ``onnxruntime.SessionOptions``) for full control; ``providers`` defaults to the CPU.
-
-    Example:
-        >>> model = OnnxRankerModel.from_pretrained("path/to/ranker", quantize="int8", num_threads=1)  # doctest: +SKIP
-        >>> model(**batch).logits  # doctest: +SKIP
-    """
-
-    # Exact padding: ONNX Runtime gains nothing from lengths rounded up to 8 (about 10% more tokens on WikiQA).
-    pad_to_multiple_of = None
-    device = torch.device("cpu")
-
-    def __init__(self, graph_path, config, num_threads: int | None = None, session_options=None, providers=None):
-        ort = require_onnx()
-        if session_options is None:
-            session_options = ort.SessionOptions()
-            session_options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-            session_options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-            session_options.inter_op_num_threads = 1
-            if num_threads is not None:
-                session_options.intra_op_num_threads = num_threads
-        elif num_threads is not None:
-            raise ValueError("pass num_threads or session_options, not both")
-        self.graph_path = Path(graph_path)
-        self.config = config
-        self.session_options = session_options
-        self.providers = providers or ["CPUExecutionProvider"]
-        self.session = ort.InferenceSession(str(graph_path), session_options, providers=self.providers)
-        self.input_names = [node.name for node in self.session.get_inputs()]
-        # the cascade's stage graphs are loaded on first use (cascade_stages), checked like the main graph when
-        # from_pretrained checked it
-        self.check_weights = False
-        self._cascade: OnnxCascadeStages | None = None
-
-    @classmethod
-    def from_pretrained(
-        cls,
-        path,
-        quantize: str | None = None,
-        num_threads: int | None = None,
-        session_options=None,
-        providers=None,
-        check_weights: bool = True,
-        trust_remote_code: bool = True,
-    ) -> "OnnxRankerModel":
-        """Load ``onnx/model.onnx`` (or the int8 graph) of a saved ranker, after checking it matches the weights.
-
-        ``check_weights=False`` skips the stale-export check (for a graph made by other tools).
-        """
-        if quantize not in (None, *QUANTIZE_CHOICES):
-            raise ValueError(f"quantize must be None or one of {QUANTIZE_CHOICES}, got {quantize!r}")
-        check_model_path(path)
-        ort = require_onnx()
-        folder = _local_folder(path, quantize)
-        graph = folder / ONNX_SUBFOLDER / GRAPH_FILES[quantize]
-        if not graph.is_file():
-            flag = f" --quantize {quantize}" if quantize else ""
-            raise MissingOnnxExportError(
-                f"{graph} does not exist: export it first with `as2hub-export-onnx {folder}{flag}`"
-            )
-        config = AutoConfig.from_pretrained(folder, trust_remote_code=trust_remote_code)
-        model = cls(graph, config, num_threads=num_threads, session_options=session_options, providers=providers)
-        if check_weights:
-            check_not_stale(graph, folder, config, model.session.get_modelmeta().custom_metadata_map, quantize)
-        model.check_weights = check_weights
-        logger.info("ONNX Runtime %s session on %s (%s threads)", ort.__version__, graph, num_threads or "default")
-        return model
-
-    def eval(self):
-        return self
-
-    def __call__(self, **inputs) -> OnnxOutput:
-        feed = {name: inputs[name].numpy() for name in self.input_names}
-        return OnnxOutput(logits=torch.from_numpy(self.session.run(None, feed)[0]))
-
-    def logits_to_scores(self, logits: torch.Tensor) -> torch.Tensor:
-        """The probability of "correct", as ``ContextualAS2Mixin.logits_to_scores``."""
-        return probability_of_correct(logits, self.config)
-
-    @property
-    def quantize(self) -> str | None:
-        """The quantization of the graph this session runs (None: fp32, or a graph of another name)."""
-        return {name: key for key, name in GRAPH_FILES.items()}.get(self.graph_path.name)
-
-    def cascade_stages(self) -> OnnxCascadeStages:
-        """The cascade's stage graphs beside this graph (``onnx/cascade_stage{k}[_qint8_dynamic].onnx``), loaded on
-        first use with this session's options: what :func:`~as2hub.inference.cascade.cascade_scores` runs for
-        ``Ranker.rank(..., cascade_drop=...)``. Missing or stale stage graphs raise with the command that writes them."""
-        if self._cascade is None:
-            self._cascade = load_cascade_stages(
-                self.graph_path.parent.parent,
-                self.config,
-                self.quantize,
-                session_options=self.session_options,
-                providers=self.providers,
-                check_weights=self.check_weights,
-            )
-        return self._cascade
-
-
-def load_cascade_stages(
-    folder, config, quantize: str | None = None, session_options=None, providers=None, check_weights: bool = True
-) -> OnnxCascadeStages:
-    """Sessions on a ranker folder's cascade stage graphs (:mod:`as2hub.inference.onnx_cascade`).
-
-    :class:`MissingOnnxExportError` when a stage graph is missing (a folder exported before it had cascade heads, or
-    by an older as2hub), :class:`StaleOnnxExportError` when one was exported from other weights, config, quantization
-    or ``cascade_layers``; both name the ``as2hub-export-onnx`` command that rewrites them. Nothing falls back.
-    """
-    ort = require_onnx()
-    folder = Path(folder)
-    ends = stage_ends(config)
-    if not ends:
-        raise NoCascadeHeadsError(f"{folder}: config.json has no cascade_layers, so there are no cascade stages to run")
-    flag = f" --quantize {quantize}" if quantize else ""
-    command = f"`as2hub-export-onnx {folder}{flag}`"
-    paths = [folder / ONNX_SUBFOLDER / stage_graph_file(stage, quantize) for stage in range(len(ends))]
-    missing = [path for path in paths if not path.is_file()]
-    if missing:
-        raise MissingOnnxExportError(
-            f"{missing[0]} does not exist: cascade_drop on the ONNX backend runs one graph per cascade stage (heads "
-            f"after layers {ends[:-1]}), and this folder's export has not got them (it was exported before the model "
-            f"had cascade heads, or by an older as2hub): export them with {command}"
-        )
-    if session_options is None:
-        session_options = ort.SessionOptions()
-        session_options.inter_op_num_threads = 1
-    current = weights_sha256(folder) if check_weights else None
-    sessions = []
-    for stage, path in enumerate(paths):
-        session = ort.InferenceSession(str(path), session_options, providers=providers or ["CPUExecutionProvider"])
-        metadata = session.get_modelmeta().custom_metadata_map
-        if check_weights:
-            check_not_stale(path, folder, config, metadata, quantize, current_weights=current)
-        if metadata.get(CASCADE_KEY) != stage_record(stage, ends):
-            raise StaleOnnxExportError(
-                f"{path} is stale: it was exported as cascade stage {metadata.get(CASCADE_KEY)}, the folder's "
-                f"config.json has cascade stages ending after layers {ends}: re-export with {command}"
-            )
-        sessions.append(session)
-    logger.info("ONNX Runtime cascade: %d stage graphs (stages end after layers %s)", len(sessions), ends)
-    return OnnxCascadeStages(sessions, ends)
-
-
-def check_not_stale(
-    graph: Path, folder: Path, config, metadata: dict, quantize: str | None = None, current_weights=...
-) -> None:
-    """Raise :class:`StaleOnnxExportError` when ``graph`` was not exported from the folder's weights and config
-    (``current_weights``: the folder's :func:`weights_sha256` when already computed)."""
-    flag = f" --quantize {quantize}" if quantize else ""
-    rerun = f"re-export with `as2hub-export-onnx {folder}{flag}`"
-    exported_from = metadata.get(WEIGHTS_KEY)
-    if exported_from is None:
-        raise StaleOnnxExportError(
-            f"{graph} has no as2hub export record (was it made by another tool?): {rerun}, "
-            "or pass check_weights=False to use it as it is"
-        )
-    current = weights_sha256(folder) if current_weights is ... else current_weights
-    if current is None:  # e.g. downloaded from the Hub without the torch weights
-        logger.info("%s has no weights to check %s against; using the graph as it is", folder, graph.name)
-    elif current != exported_from:
-        raise StaleOnnxExportError(
-            f"{graph} is stale: it was exported from other weights than those in {folder} "
-            f"(sha256 {exported_from[:12]}… vs {current[:12]}…): {rerun}"
-        )
-    if quantize == "int8" and metadata.get("as2hub.quantization") != INT8_DESCRIPTION:
-        raise StaleOnnxExportError(
-            f"{graph} is stale: it was quantized as {metadata.get('as2hub.quantization')!r}; this version of as2hub "
-            f"quantizes as {INT8_DESCRIPTION!r} (older int8 graphs have one activation scale per batch, so their "
-            f"scores depend on the other pairs of the batch, or 8-bit weights, whose sums saturate on CPUs without "
-            f"VNNI): {rerun}"
-        )
-    exported_config = json.loads(metadata.get(CONFIG_KEY, "{}"))
-    if exported_config.get("model_type") in JOINT_MODEL_TYPES:
-        # Graphs exported before the field existed were built with the paper's full attention.
-        exported_config.setdefault("first_token_attention", "all")
-    if exported_config and exported_config != graph_config(config):
-        raise StaleOnnxExportError(
-            f"{graph} is stale: exported for config {exported_config}, the folder's config.json now has "
-            f"{graph_config(config)}: {rerun}"
-        )
-
-
-def _local_folder(path, quantize: str | None) -> Path:
-    """A local folder as is; a Hub id is downloaded without its torch weights (config, tokenizer, code, the graph)."""
-    if Path(path).is_dir():
-        return Path(path)
-    from huggingface_hub import snapshot_download
-
-    patterns = ["*.json", "*.txt", "*.model", "*.py", f"{ONNX_SUBFOLDER}/{GRAPH_FILES[quantize]}"]
-    # the cascade's stage graphs of the same quantization (used only with cascade_drop)
-    stages = ["[0-9]", "[0-9][0-9]"] if quantize is None else ["*"]
-    patterns += [f"{ONNX_SUBFOLDER}/{stage_graph_file(stage, quantize)}" for stage in stages]
-    return Path(snapshot_download(str(path), allow_patterns=patterns))
