@@ -197,7 +197,7 @@ def auto_order(
     CPU: only backends whose scores do not depend on the batch (a request's scores must not move with the traffic it
     is batched with): int8 with per-token activation scales (ONNX Runtime, whose kernels use VNNI / AMX where
     present), then fp32 ONNX, then torch fp32. ``torch-bf16`` is never picked: it was faster than int8 on an AMX Xeon
-    (1.3-1.5x, 2026-11-26, ``modeling/BACKENDS.md``) but its scores move with the batch (bf16 rounds every partial sum,
+    (1.3-1.5x, 2026-11-26, ``inference/BACKENDS.md``) but its scores move with the batch (bf16 rounds every partial sum,
     and padding changes the reductions); ask for it by name where that trade is wanted.
     """
     del cpu  # the CPU order is the same on every flag set since 2026-11-26 (kept: callers pass it)

@@ -7,7 +7,7 @@ layers they went through. With heads after layers 2 and 4 of a 6-layer model and
 (2 + 2 x 0.6 + 2 x 0.36) / 6 = 0.65 of the full work (the paper: 37% less computation at almost the same accuracy).
 
 A model gets heads with ``cascade_layers`` in its config (``run_as2.py --cascade_layers 2,4``, or the cheap step on a
-fine-tuned ranker: ``--cascade_heads_only``; ``modeling/CASCADE.md``). :func:`cascade_scores` runs the stages for
+fine-tuned ranker: ``--cascade_heads_only``; ``inference/CASCADE.md``). :func:`cascade_scores` runs the stages for
 any number of questions at once: each stage batches the survivors of every question (length-sorted, padded to the
 batch's longest row), and the drop is decided per question.
 
@@ -55,12 +55,12 @@ def check_cascade(model, drop: float) -> None:
         raise NoCascadeHeadsError(
             "cascade_drop needs a model with cascade heads (config.cascade_layers); train them with "
             "`as2hub-train --cascade_layers 2,4` or add them to a fine-tuned ranker with `--cascade_heads_only` "
-            "(modeling/CASCADE.md)"
+            "(inference/CASCADE.md)"
         )
     if not (hasattr(model, "cascade_encode") or hasattr(model, "cascade_stages")):
         raise NoCascadeHeadsError(
             f"{type(model).__name__} cannot run the cascade's stages: use backend 'torch', 'torch-bf16', 'onnx', "
-            "'onnx-int8' or a CUDA backend (modeling/CASCADE.md)"
+            "'onnx-int8' or a CUDA backend (inference/CASCADE.md)"
         )
 
 

@@ -30,7 +30,7 @@ neighbours. (Plain dynamic quantization takes one scale per tensor, i.e. per bat
 with its neighbours, and the graph needed two fp32 projections per layer to keep WikiQA MAP.) The attention products
 (activation x activation) stay fp32. ONNX Runtime's own graph optimizer fuses the rest when the session starts; an
 offline ``onnxruntime.transformers`` optimization (fused ``Attention``/``QAttention``) was slower for MiniLM on this
-project's 2-core CPU (fp32 and int8), so it is not applied. Figures: ``modeling/BACKENDS.md``.
+project's 2-core CPU (fp32 and int8), so it is not applied. Figures: ``inference/BACKENDS.md``.
 
 Each graph carries the SHA-256 of the weights it was exported from (``metadata_props``), and loading checks it against
 the folder's safetensors (:func:`~as2hub.inference.onnx_runtime.check_not_stale`): a graph left behind by an older

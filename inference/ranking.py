@@ -10,7 +10,7 @@ Speed comes from tokenizing every text once in one fast-tokenizer call, sorting 
 little, padding each batch only to its own longest row, computing the last layer for the first token only (the one
 the head reads, :mod:`as2hub.modeling.first_token`) and running under ``torch.inference_mode``. ``Ranker.from_pretrained(path, backend="auto")`` runs the same batches on the fastest
 correct backend for the machine: ONNX Runtime int8 (:mod:`as2hub.inference.onnx_runtime`), torch bf16 where the CPU
-has bf16 hardware, fp16/bf16 on a GPU (:mod:`as2hub.inference.backends`, ``modeling/BACKENDS.md``).
+has bf16 hardware, fp16/bf16 on a GPU (:mod:`as2hub.inference.backends`, ``inference/BACKENDS.md``).
 
 With a ``pipeline("text-classification", model=folder, trust_remote_code=True)`` pass the context inside the pair::
 
@@ -137,7 +137,7 @@ def _first_line(error: Exception) -> str:
 
 # Pairs per forward pass when the caller does not say: on the CPU, batches of 16 length-sorted pairs scored MiniLM-L6
 # 1.05-1.08x faster than batches of 64 with ONNX int8 and 0.98-1.12x with torch fp32, 1 and 2 threads (WikiQA clean
-# test, AMD EPYC AVX2, 2026-11-25, benchmarks/results/ranking_throughput_batch_sweep.json, modeling/BACKENDS.md):
+# test, AMD EPYC AVX2, 2026-11-25, benchmarks/results/ranking_throughput_batch_sweep.json, inference/BACKENDS.md):
 # tighter padding and a smaller working set. A GPU wants larger batches.
 DEFAULT_BATCH_SIZE = {"cpu": 16, "cuda": 64}
 
@@ -183,7 +183,7 @@ class Ranker:
         """Load a saved ranker and the backend that scores with it.
 
         ``backend``: ``"torch"`` (fp32, the default: the reference scores), ``"auto"`` (the fastest correct backend for
-        this machine; what to use when you do not care, see ``modeling/BACKENDS.md``), ``"torch-bf16"``, ``"onnx"``
+        this machine; what to use when you do not care, see ``inference/BACKENDS.md``), ``"torch-bf16"``, ``"onnx"``
         (``quantize="int8"``, or ``"onnx-int8"``), ``"cuda-fp16"``, ``"cuda-bf16"``
         (:mod:`as2hub.inference.backends`). ``ranker.backend`` says which one runs.
 

@@ -90,7 +90,7 @@ class ModelArguments(LoraArguments):
         default=None,
         metadata={
             "help": "Layer cascade (Soldaini & Moschitti, 2020): a classifier after each of these encoder layers, e.g. "
-            "'2,4'; rank with cascade_drop to drop weak candidates early (modeling/CASCADE.md)."
+            "'2,4'; rank with cascade_drop to drop weak candidates early (inference/CASCADE.md)."
         },
     )
     cascade_loss: str = field(

@@ -36,7 +36,7 @@ needs_cuda = pytest.mark.skipif(
 # drawn with std WEIGHT_STD[backend] so that the scores depend on the input. Measured on 2026-11-25 (AMD EPYC, AVX2),
 # 6 tiny models (3 backbones x contextual/pairwise): bf16 (std 0.3, score spread 0.08-0.55) up to 0.0092. int8 with
 # per-token activation scales, 2026-11-26 (Intel Xeon, AMX): std 0.2, spread 0.086-0.234 over 20 pairs, up to 0.0099
-# (at most 8% of the spread). int8's real guard is the WikiQA MAP of a fine-tuned MiniLM (modeling/BACKENDS.md).
+# (at most 8% of the spread). int8's real guard is the WikiQA MAP of a fine-tuned MiniLM (inference/BACKENDS.md).
 # bf16 on the AMX Xeon, 2026-11-27 CI: 0.0246 on one ELECTRA pairwise draw (the test tokenizer, hence the model,
 # differs run to run; spread 0.05-0.6), so 0.03: still far below a constant or unconverted model's error.
 # int8: test_onnx_backend.INT8_TOLERANCE (7-bit weights, the same integers on every CPU kind).

@@ -154,7 +154,7 @@ def joint_dir(stock_checkpoint, tmp_path_factory):
 RUNNERS = {  # the first line of each README python block -> the test below that runs it
     "from transformers import pipeline": "test_pipeline_block_returns_the_dict_the_readme_shows",
     "from as2hub.data_collators import generate_examples": "test_generate_examples_block",
-    "from as2hub.inference.joint_ranking import JointRanker": "test_joint_ranker_block",
+    "from as2hub.inference import JointRanker": "test_joint_ranker_block",
     "from as2hub.modeling import LongformerWithQEContrastive": "test_longformer_block",
     "import numpy as np": "test_onnxruntime_block_scores_like_the_torch_model",
 }
@@ -192,7 +192,7 @@ def test_generate_examples_block():
 
 
 def test_joint_ranker_block(ranker_dir, joint_dir):
-    block = block_starting("from as2hub.inference.joint_ranking import JointRanker")
+    block = block_starting("from as2hub.inference import JointRanker")
     code = substituted(block, {"outputs/joint": joint_dir, "outputs/minilm-wikiqa": ranker_dir})
     value, namespace = run_block(code)
     assert isinstance(namespace["ranker"], JointRanker) and namespace["ranker"].pairwise is not None
