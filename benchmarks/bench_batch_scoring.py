@@ -83,7 +83,7 @@ def write_input(path: Path, rows: list[dict], count: int) -> Path:
 def in_process(folder, path: Path, rows_per_shard: int) -> dict:
     import torch
 
-    from as2hub.modeling.ranking import Ranker
+    from as2hub.inference.ranking import Ranker
 
     torch.set_num_threads(os.cpu_count())
     started = time.perf_counter()

@@ -122,8 +122,8 @@ def ranked_lists(ranker, items, drop, mode):
 def make_systems(args, folders, data) -> dict:
     """name -> (library, backend, drop, fn): ``fn(questions)`` gives per question (scores in input order that sort as
     the system ranks, the layer that scored each candidate or None)."""
-    from as2hub.modeling.backends import check_runnable
-    from as2hub.modeling.ranking import Ranker
+    from as2hub.inference.backends import check_runnable
+    from as2hub.inference.ranking import Ranker
 
     systems = {}
     for backend in args.backends:

@@ -263,7 +263,7 @@ class OpenVinoModel:
         return self
 
     def __call__(self, **inputs):
-        from as2hub.modeling.onnx_backend import OnnxOutput
+        from as2hub.inference.onnx_runtime import OnnxOutput
 
         result = self.request.infer({name: inputs[name].numpy() for name in self.names})
         return OnnxOutput(logits=torch.from_numpy(np.array(next(iter(result.values())))))
@@ -280,9 +280,9 @@ def main(argv=None) -> dict:
     from transformers import AutoConfig, AutoTokenizer
 
     from as2hub.data_collators.as2_data import read_wikiqa
+    from as2hub.inference.onnx_runtime import OnnxRankerModel
+    from as2hub.inference.ranking import Ranker
     from as2hub.metrics import compute_as2_metrics
-    from as2hub.modeling.onnx_backend import OnnxRankerModel
-    from as2hub.modeling.ranking import Ranker
 
     torch.set_num_threads(args.threads)
     work = Path(args.work_dir)

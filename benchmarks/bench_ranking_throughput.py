@@ -133,7 +133,7 @@ def build_untrained(folder: Path, contextual: bool) -> Path:
 
 def as2hub_copy(source: Path, target: Path) -> Path:
     """Copy the model folder (never write into the original) and export its graphs with as2hub-export-onnx."""
-    from as2hub.modeling.onnx_backend import export_onnx
+    from as2hub.inference.onnx_export import export_onnx
 
     if target.exists():
         shutil.rmtree(target)
@@ -231,8 +231,8 @@ def cross_encoder(folder: Path, args, threads: int, graph: str | None = None, dt
 
 def make_systems(kind: str, folders: dict, data: dict, args, threads: int) -> dict:
     """name -> (library, zero-argument callable returning one score per pair)."""
-    from as2hub.modeling.onnx_backend import GRAPH_FILES
-    from as2hub.modeling.ranking import Ranker
+    from as2hub.inference.ranking import Ranker
+    from as2hub.modeling.folders import GRAPH_FILES
 
     questions, candidates = data["questions"], data["candidates"]
     contexts = data["contexts"] if kind == "contextual" else None
@@ -280,14 +280,14 @@ def make_systems(kind: str, folders: dict, data: dict, args, threads: int) -> di
 
 
 def use_bf16(args) -> bool:
-    from as2hub.modeling.backends import cpu_features
+    from as2hub.inference.backends import cpu_features
 
     return args.bf16 == "on" or (args.bf16 == "auto" and cpu_features().bf16_hardware)
 
 
 def cpu_record() -> dict:
     """The CPU model, the flags that decide the backends, and what ``backend="auto"`` tries on this machine."""
-    from as2hub.modeling.backends import auto_order, cpu_features
+    from as2hub.inference.backends import auto_order, cpu_features
 
     cpu = cpu_features()
     return {
@@ -305,8 +305,8 @@ def main(argv=None) -> dict:
     from transformers import AutoTokenizer
 
     from as2hub.data_collators.as2_data import read_wikiqa
+    from as2hub.inference.ranking import context_text_pair
     from as2hub.metrics import compute_as2_metrics
-    from as2hub.modeling.ranking import context_text_pair
 
     work = Path(args.work_dir)
     sources = {
@@ -505,8 +505,8 @@ def main(argv=None) -> dict:
 
 def map_only(args, report, folders, data, question_ids, labels) -> dict:
     """Score once with as2hub torch / ONNX / ONNX int8 per model: MAP, the int8 MAP change, the largest score change."""
+    from as2hub.inference.ranking import Ranker
     from as2hub.metrics import compute_as2_metrics
-    from as2hub.modeling.ranking import Ranker
 
     torch.set_num_threads(max(args.threads))
     report["benchmark"] = "ranking_map_per_backend"

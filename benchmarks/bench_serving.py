@@ -60,7 +60,7 @@ def build_model(folder: Path, backend: str) -> Path:
         model.save_pretrained(folder)
         tokenizer.save_pretrained(folder)
     if backend == "onnx" and not (folder / "onnx" / "model.onnx").is_file():
-        from as2hub.modeling.onnx_backend import export_onnx
+        from as2hub.inference.onnx_export import export_onnx
 
         export_onnx(folder)
     return folder
@@ -85,7 +85,7 @@ def percentile(values, q):
 def load_ranker(folder, args):
     import torch
 
-    from as2hub.modeling.ranking import Ranker
+    from as2hub.inference.ranking import Ranker
 
     torch.set_num_threads(args.threads)
     options = {"num_threads": args.threads} if args.backend == "onnx" else {}

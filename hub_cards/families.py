@@ -497,7 +497,7 @@ model = AutoModel.from_pretrained("{model_id}", trust_remote_code=True)
 model.config.num_candidates, model.config.slot_length, model.config.head
 ```
 
-With as2hub installed, `as2hub.modeling.joint_ranking.JointRanker(model, tokenizer, pairwise=Ranker(...))` re-ranks
+With as2hub installed, `as2hub.inference.joint_ranking.JointRanker(model, tokenizer, pairwise=Ranker(...))` re-ranks
 the top k of a pairwise ranker (the paper's cascade), and `run_joint.py` fine-tunes it further:
 
 ```bash

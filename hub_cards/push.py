@@ -227,7 +227,7 @@ def _onnx_files(folder: Path) -> dict[str, Path]:
     """An ONNX export of the model (``as2hub-export-onnx``: ``onnx/*.onnx`` + ``onnx/as2hub_export.json``), where
     sentence-transformers and as2hub's ``Ranker(backend="onnx")`` look for it; refused when it was exported from other
     weights than the folder's."""
-    from as2hub.modeling.onnx_backend import EXPORT_RECORD, ONNX_SUBFOLDER, weights_sha256
+    from as2hub.modeling.folders import EXPORT_RECORD, ONNX_SUBFOLDER, weights_sha256
 
     record_path = folder / ONNX_SUBFOLDER / EXPORT_RECORD
     if not record_path.is_file():

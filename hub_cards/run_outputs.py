@@ -63,7 +63,7 @@ def save_hub_folder(
                         family="joint_multicandidate", auto_class="AutoModel", batch=collator(features))
     """
     from as2hub.hub_cards.run_record import REFERENCE_PAIRS, component, record_run
-    from as2hub.modeling.ranking import context_text_pair
+    from as2hub.inference.ranking import context_text_pair
 
     output_dir = Path(output_dir)
     extras = dict(extras or {})

@@ -9,7 +9,7 @@ the same result up to floating-point rounding.
 :func:`first_token_last_layer` switches this on for the duration of a ``with`` block, for models whose head reads the
 first token only (:data:`FIRST_TOKEN_MODEL_TYPES`: as2hub's contextual RoBERTa, ELECTRA and BERT rankers) and whose
 last layer has the BERT layout (``attention.self.query/key/value``, ``attention.output``, ``feed_forward_chunk``).
-Everything else runs unchanged. The :class:`~as2hub.modeling.ranking.Ranker` scores inside it, and the ONNX export
+Everything else runs unchanged. The :class:`~as2hub.inference.ranking.Ranker` scores inside it, and the ONNX export
 traces inside it (and checks the graph against the full model's logits); the shipped remote code, the pipelines and
 training are untouched. Inside the block ``last_hidden_state`` has sequence length 1: use it for logits only.
 

@@ -16,14 +16,30 @@ The commands print these as one line (``run_scripts.arguments.user_errors``).
 
     >>> check_model_path("outputs/demo/ranker/lora_adapter")  # doctest: +SKIP
     AdapterFolderError: outputs/demo/ranker/lora_adapter is a LoRA adapter (adapter_config.json, no config.json) ...
+
+The facts of a saved ranker folder live here too, for every layer that reads one (the inference engine, the service,
+batch scoring, the Hub push, the commands): :func:`check_ranker_folder` (is it an as2hub ranker with weights?), its
+weight files and their digest :func:`weights_sha256` (what an ONNX graph, a batch-scoring record and a push are tied
+to), and where its ONNX graphs go (:data:`ONNX_SUBFOLDER`, :data:`GRAPH_FILES`, :data:`EXPORT_RECORD`).
 """
 
+import hashlib
 import json
 import os
 from pathlib import Path
 
+from transformers import AutoConfig
+
+from as2hub.modeling.registry import FAMILIES
+
 ADAPTER_CONFIG = "adapter_config.json"
 SHOWN_SUBFOLDERS = 3
+
+# A ranker folder's ONNX graphs (as2hub-export-onnx writes them, the ONNX backend reads them): quantization -> file
+ONNX_SUBFOLDER = "onnx"
+GRAPH_FILES = {None: "model.onnx", "int8": "model_qint8_dynamic.onnx"}
+EXPORT_RECORD = "as2hub_export.json"
+QUANTIZE_CHOICES = tuple(key for key in GRAPH_FILES if key)
 
 
 class NotAnAS2hubRankerError(ValueError):
@@ -114,3 +130,58 @@ def _adapter_message(folder: Path) -> str:
         f"adapter into {on_base} with PEFT (PeftModel.from_pretrained(base, adapter).merge_and_unload()) and pass "
         "the saved result"
     )
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# A saved ranker folder
+
+
+def weight_files(folder: Path) -> list[Path]:
+    """The safetensors file(s) of a saved folder (a sharded checkpoint: the index and its shards), else the .bin."""
+    index = folder / "model.safetensors.index.json"
+    if index.is_file():
+        shards = sorted(set(json.loads(index.read_text())["weight_map"].values()))
+        return [index, *(folder / shard for shard in shards)]
+    for name in ("model.safetensors", "pytorch_model.bin"):
+        if (folder / name).is_file():
+            return [folder / name]
+    return []
+
+
+def weights_sha256(folder: Path) -> str | None:
+    """SHA-256 over the weight files (about 0.2 s for MiniLM's 90 MB); None when the folder has no weights."""
+    files = weight_files(folder)
+    if not files:
+        return None
+    digest = hashlib.sha256()
+    for path in files:
+        with open(path, "rb") as handle:
+            for block in iter(lambda: handle.read(1 << 22), b""):
+                digest.update(block)
+    return digest.hexdigest()
+
+
+def ranker_model_types() -> tuple[str, ...]:
+    """The model types of as2hub's rankers: those of every family the ONNX backend exports (``Family.onnx_export``)."""
+    return tuple(t for family in FAMILIES.values() if family.onnx_export is not None for t in family.model_types)
+
+
+def check_ranker_folder(folder) -> tuple[Path, object]:
+    """(folder, config) of a saved as2hub ranker; :class:`NotAnAS2hubRankerError` naming the file otherwise."""
+    folder = Path(folder)
+    config_file = folder / "config.json"
+    if not config_file.is_file():
+        if not folder.exists():
+            raise ModelNotFoundError(f"{folder}: no such model folder")
+        check_model_path(folder)  # a file, a LoRA adapter or a folder without config.json: says which
+    model_type = json.loads(config_file.read_text()).get("model_type")
+    rankers = ranker_model_types()
+    if model_type not in rankers:
+        raise NotAnAS2hubRankerError(
+            f"{config_file}: model_type {model_type!r} is not an as2hub ranker ({', '.join(rankers)}); "
+            "fine-tune one with `python -m as2hub.run_scripts.run_as2` or `run_joint` (stock models export with "
+            "optimum instead)"
+        )
+    if not weight_files(folder):
+        raise NotAnAS2hubRankerError(f"{folder} has no weights (model.safetensors): nothing to export")
+    return folder, AutoConfig.from_pretrained(folder, trust_remote_code=True)

@@ -30,7 +30,7 @@ from transformers import (
 
 from as2hub.modeling import contextual_as2, joint_multicandidate, longformer_qe, ssp_pretraining
 
-# The names a family's ``onnx_export`` and ``score`` may take: onnx_backend.EXPORT_LAYOUTS and scores.SCORE_RULES
+# The names a family's ``onnx_export`` and ``score`` may take: onnx_export.EXPORT_LAYOUTS and scores.SCORE_RULES
 # implement exactly these (each module checks it on import).
 EXPORT_LAYOUT_NAMES = ("cross_encoder", "joint")
 SCORE_RULE_NAMES = ("label", "joint")

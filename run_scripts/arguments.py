@@ -108,7 +108,8 @@ def user_errors() -> tuple[type[BaseException], ...]:
     from as2hub.data_collators.corpus import CorpusError
     from as2hub.data_collators.hotpotqa import HotpotQAError
     from as2hub.hub_cards.run_record import PublishError
-    from as2hub.modeling.onnx_backend import NotAnAS2hubRankerError, StaleOnnxExportError
+    from as2hub.inference.onnx_runtime import StaleOnnxExportError
+    from as2hub.modeling.folders import NotAnAS2hubRankerError
 
     return (
         ArgumentError,

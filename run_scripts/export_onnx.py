@@ -8,7 +8,7 @@ Usage::
 Writes ``OUTPUT_DIR/onnx/model.onnx``, with ``--quantize int8`` also ``onnx/model_qint8_dynamic.onnx``, and
 ``onnx/as2hub_export.json`` (weights hash, versions, largest logit difference vs torch); for a ranker with cascade
 heads (``cascade_layers``) also one graph per cascade stage (``onnx/cascade_stage{k}[_qint8_dynamic].onnx``,
-``modeling/BACKENDS.md``), which ``Ranker.rank(..., cascade_drop=...)`` runs on the ONNX backends. Needs
+``inference/BACKENDS.md``), which ``Ranker.rank(..., cascade_drop=...)`` runs on the ONNX backends. Needs
 ``pip install "as2hub[onnx]"``. Then ``Ranker.from_pretrained(OUTPUT_DIR, backend="onnx", quantize="int8")``, or for a
 joint multi-candidate model (``run_joint.py``'s output: one graph over the (k+1)·L slot layout)
 ``JointRanker.from_pretrained(OUTPUT_DIR, backend="onnx", quantize="int8")``.
@@ -19,7 +19,8 @@ import json
 import logging
 import sys
 
-from as2hub.modeling.onnx_backend import DEFAULT_OPSET, QUANTIZE_CHOICES, check_ranker_folder, export_onnx
+from as2hub.inference.onnx_export import DEFAULT_OPSET, export_onnx
+from as2hub.modeling.folders import QUANTIZE_CHOICES, check_ranker_folder
 from as2hub.run_scripts.arguments import run_cli, setup_logging
 
 logger = logging.getLogger("as2hub.export_onnx")

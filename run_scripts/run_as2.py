@@ -90,7 +90,7 @@ class ModelArguments(LoraArguments):
         default=None,
         metadata={
             "help": "Layer cascade (Soldaini & Moschitti, 2020): a classifier after each of these encoder layers, e.g. "
-            "'2,4'; rank with cascade_drop to drop weak candidates early (modeling/CASCADE.md)."
+            "'2,4'; rank with cascade_drop to drop weak candidates early (inference/CASCADE.md)."
         },
     )
     cascade_loss: str = field(
@@ -154,7 +154,8 @@ class ExportArguments:
         if self.onnx_quantize is not None and not self.export_onnx:
             raise ValueError("--onnx_quantize needs --export_onnx")
         if self.export_onnx:  # fail before training, not after
-            from as2hub.modeling.onnx_backend import QUANTIZE_CHOICES, require_onnx
+            from as2hub.inference.onnx_runtime import require_onnx
+            from as2hub.modeling.folders import QUANTIZE_CHOICES
 
             if self.onnx_quantize not in (None, *QUANTIZE_CHOICES):
                 raise ValueError(f"--onnx_quantize must be one of {QUANTIZE_CHOICES}, got {self.onnx_quantize!r}")
@@ -322,7 +323,7 @@ def main(argv: list[str] | None = None) -> dict:
         write_json_atomic(f"{training_args.output_dir}/all_results.json", results)
         remove_run_checkpoints(training_args)
         if export_args.export_onnx:
-            from as2hub.modeling.onnx_backend import export_onnx
+            from as2hub.inference.onnx_export import export_onnx
 
             export_onnx(training_args.output_dir, quantize=export_args.onnx_quantize)
         if push:

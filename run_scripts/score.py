@@ -177,7 +177,8 @@ def check_keep_columns(config: ScoreConfig) -> None:
 
 def check_model(model: str) -> None:
     """Name a model that cannot score pairs before any row is read (a Hub id is left to the loader)."""
-    from as2hub.modeling.onnx_backend import JOINT_MODEL_TYPES, check_ranker_folder
+    from as2hub.modeling.folders import check_ranker_folder
+    from as2hub.modeling.scores import JOINT_MODEL_TYPES
 
     if not Path(model).exists():
         if model.startswith(("/", ".", "~")) or model.count("/") != 1:

@@ -25,11 +25,11 @@ each item the text around that candidate in its document, or ``null`` for none (
 ``Ranker`` does when no context is given). A model that is not contextual answers 422 to a request with contexts.
 
 A joint model (``run_joint.py``) is served alone (its candidates read k at a time, sorted by joint probability) or, with
-``--pairwise FOLDER``, as the cascade of :class:`~as2hub.modeling.joint_ranking.JointRanker`: the pairwise ranker
+``--pairwise FOLDER``, as the cascade of :class:`~as2hub.inference.joint_ranking.JointRanker`: the pairwise ranker
 scores every text, the joint model re-ranks its top k; each result also carries ``"stage"`` (``"joint"`` or
 ``"pairwise"``: whose probability the score is).
 
-Scores are :class:`~as2hub.modeling.ranking.Ranker`'s (``JointRanker``'s) for the same inputs: concurrent requests
+Scores are :class:`~as2hub.inference.ranking.Ranker`'s (``JointRanker``'s) for the same inputs: concurrent requests
 are batched by ``@serve.batch`` (up to ``--max_batch_size`` requests, waiting at most ``--batch_wait_ms``) into ONE
 ``Ranker.score_pairs`` call, and a text longer than the model's ``--max_length`` is truncated, as ``Ranker`` does.
 Every error the service answers is ``{"error": "<one line>", "error_type": ...}``: malformed JSON, a missing or
@@ -83,7 +83,7 @@ __all__ = ["Query", "Ranked", "RerankScorer", "ServeConfig", "build_app", "check
 
 def check_folders(config: ServeConfig) -> None:
     """Name a wrong folder or a contradictory option before Ray starts (a Hub id is left to the loader)."""
-    from as2hub.modeling.onnx_backend import check_ranker_folder
+    from as2hub.modeling.folders import check_ranker_folder
 
     for path in (config.model, config.pairwise):
         if path is None:

@@ -8,5 +8,5 @@
                        ``datasets`` workers, the run's record
 
 ``as2hub-serve`` (run_scripts/serve.py) and ``as2hub-score`` (run_scripts/score.py) parse flags, check them and call
-these. What a scoring backend must provide is :class:`~as2hub.modeling.backends.ScoringModel`.
+these. What a scoring backend must provide is :class:`~as2hub.inference.backends.ScoringModel`.
 """

@@ -281,7 +281,7 @@ def fingerprint(
 
 def model_weights_sha256(model: str) -> str | None:
     """SHA-256 of a saved ranker's weight files; a Hub id: of its cached download (None when it cannot be found)."""
-    from as2hub.modeling.onnx_backend import weights_sha256
+    from as2hub.modeling.folders import weights_sha256
 
     folder = Path(model)
     if not folder.exists():

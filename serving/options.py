@@ -44,8 +44,8 @@ class RankerOptions:
             torch.set_num_threads(self.threads)
 
     def load_ranker(self, path: str | None = None):
-        """A :class:`~as2hub.modeling.ranking.Ranker` of ``path`` (default: :attr:`model`) with these options."""
-        from as2hub.modeling.ranking import Ranker
+        """A :class:`~as2hub.inference.ranking.Ranker` of ``path`` (default: :attr:`model`) with these options."""
+        from as2hub.inference.ranking import Ranker
 
         self.set_threads()
         return Ranker.from_pretrained(

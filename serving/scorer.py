@@ -60,7 +60,7 @@ class RerankScorer:
     """
 
     def __init__(self, config: ServeConfig):
-        from as2hub.modeling.joint_ranking import JointRanker
+        from as2hub.inference.joint_ranking import JointRanker
 
         self.config = config
         config.set_threads()
@@ -112,10 +112,10 @@ class RerankScorer:
         return ranker.score_pairs(questions, texts, contexts).tolist()
 
     def check_cascade_drop(self, drop: float | None) -> None:
-        """Raise :class:`~as2hub.modeling.cascade.NoCascadeHeadsError` (a ValueError) when ``drop`` cannot be served."""
+        """Raise :class:`~as2hub.inference.cascade.NoCascadeHeadsError` (a ValueError) when ``drop`` cannot be served."""
         if drop is None:
             return
-        from as2hub.modeling.cascade import check_cascade
+        from as2hub.inference.cascade import check_cascade
 
         if self.ranker is None:
             raise ValueError("cascade_drop needs a pairwise or contextual ranker with cascade heads, not a joint model")

@@ -53,17 +53,38 @@ def stock_checkpoint(tmp_path_factory, tokenizers):
     return make
 
 
-# ``make test`` runs the suite on two pytest-xdist workers (``-n 2 --dist loadgroup``). The tests that start a Ray
-# cluster share one worker (one cluster at a time), and the longest tests are handed out first so that neither worker
-# is left with a long test at the end. Plain ``pytest`` (one process) runs them in the same order.
+# ``make test`` runs the suite on two pytest-xdist workers (``-n 2 --dist loadgroup``). Under loadgroup an ungrouped
+# test is a unit of its own and may go to either worker, so a module's module-scoped fixture would be built once per
+# worker, and again whenever another module's test runs in between (seen: test_publish_hub's published models built 3
+# times, 250 s, and test_serve's service twice, 245 s). So every module with a module-scoped fixture is one group, run
+# whole by one worker; the tests that start a Ray cluster share one group (one cluster at a time). The longest units
+# are handed out first (a group by its name, a test by its name), so that neither worker is left with a long one at
+# the end. Plain ``pytest`` (one process) runs them in the same order.
 RAY_MODULES = ("test_serve.py", "test_batch_scoring.py")
 LONGEST_FIRST = (
     "test_default_run_lowers_mlm_loss_and_learns_the_sentence_task",
+    "ray",
+    "test_publish_hub.py",
     "test_joint_minilm_learns_which_candidate_matches_the_question",
-    "test_every_family_loads_by_repo_id_in_a_fresh_process_with_the_same_outputs",
     "test_main_job_command_runs_on_the_embedded_default",
+    "test_publish_families.py",
     "test_two_gloo_processes_split_the_stream_and_only_rank_0_writes",
 )
+
+
+def has_module_fixture(module) -> bool:
+    return any(
+        getattr(getattr(value, "_fixture_function_marker", None), "scope", None) == "module"
+        for value in vars(module).values()
+    )
+
+
+def unit_of(item) -> str | None:
+    """The xdist group ``item`` runs in: "ray", its module's file name, or None (a unit of its own)."""
+    if item.path.name in RAY_MODULES:
+        return "ray"
+    module = getattr(item, "module", None)
+    return item.path.name if module is not None and has_module_fixture(module) else None
 
 
 if os.environ.get("PYTEST_XDIST_WORKER"):
@@ -74,10 +95,14 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
 
 
 def pytest_collection_modifyitems(config, items):
+    units = {}
     for item in items:
-        if item.path.name in RAY_MODULES:
-            item.add_marker(pytest.mark.xdist_group("ray"))
+        units[item.nodeid] = unit_of(item)
+        if units[item.nodeid]:
+            item.add_marker(pytest.mark.xdist_group(units[item.nodeid]))
     rank = {name: position for position, name in enumerate(LONGEST_FIRST)}
-    items.sort(
-        key=lambda item: rank.get(getattr(item, "originalname", item.name), len(rank))
-    )  # stable: the rest keep their order
+
+    def order(item) -> int:
+        return rank.get(units[item.nodeid] or getattr(item, "originalname", item.name), len(rank))
+
+    items.sort(key=order)  # stable: a group's tests, and the rest, keep their order

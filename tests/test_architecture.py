@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from as2hub.hub_cards.cards import get_family
-from as2hub.modeling import backends, ranking
+from as2hub.inference import backends, ranking
 from as2hub.modeling.registry import FAMILIES
 
 ROOT = Path(__file__).resolve().parents[1]

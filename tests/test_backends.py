@@ -12,17 +12,19 @@ from test_onnx_backend import CANDIDATES, INT8_TOLERANCE, QUESTION, score_all
 from test_onnx_joint import saved_joint
 from transformers import AutoTokenizer
 
-from as2hub.modeling import CONTEXTUAL_MODELS, backends
-from as2hub.modeling.backends import (
+from as2hub.inference import backends
+from as2hub.inference.backends import (
     BackendUnavailableError,
     CpuFeatures,
     auto_order,
     cpu_features,
     parse_cpuinfo,
 )
-from as2hub.modeling.joint_ranking import JointRanker
-from as2hub.modeling.onnx_backend import OnnxRankerModel, export_onnx
-from as2hub.modeling.ranking import Ranker
+from as2hub.inference.joint_ranking import JointRanker
+from as2hub.inference.onnx_export import export_onnx
+from as2hub.inference.onnx_runtime import OnnxRankerModel
+from as2hub.inference.ranking import Ranker
+from as2hub.modeling import CONTEXTUAL_MODELS
 
 HAS_CUDA = torch.cuda.is_available()
 needs_cuda = pytest.mark.skipif(
@@ -34,7 +36,7 @@ needs_cuda = pytest.mark.skipif(
 # drawn with std WEIGHT_STD[backend] so that the scores depend on the input. Measured on 2026-11-25 (AMD EPYC, AVX2),
 # 6 tiny models (3 backbones x contextual/pairwise): bf16 (std 0.3, score spread 0.08-0.55) up to 0.0092. int8 with
 # per-token activation scales, 2026-11-26 (Intel Xeon, AMX): std 0.2, spread 0.086-0.234 over 20 pairs, up to 0.0099
-# (at most 8% of the spread). int8's real guard is the WikiQA MAP of a fine-tuned MiniLM (modeling/BACKENDS.md).
+# (at most 8% of the spread). int8's real guard is the WikiQA MAP of a fine-tuned MiniLM (inference/BACKENDS.md).
 # bf16 on the AMX Xeon, 2026-11-27 CI: 0.0246 on one ELECTRA pairwise draw (the test tokenizer, hence the model,
 # differs run to run; spread 0.05-0.6), so 0.03: still far below a constant or unconverted model's error.
 # int8: test_onnx_backend.INT8_TOLERANCE (7-bit weights, the same integers on every CPU kind).
@@ -276,12 +278,11 @@ def test_auto_raises_a_fast_paths_real_failure_instead_of_falling_back(stock_che
     with pytest.raises(Exception, match="(?i)protobuf|parse|load") as raised:
         Ranker.from_pretrained(folder, backend="auto")
     assert not isinstance(raised.value, backends.not_available_here())
-    from as2hub.modeling import onnx_backend
 
     def broken(*args, **kwargs):
         raise RuntimeError("CUDA out of memory (simulated)")
 
-    monkeypatch.setattr(onnx_backend.OnnxRankerModel, "from_pretrained", broken)
+    monkeypatch.setattr(OnnxRankerModel, "from_pretrained", broken)
     with pytest.raises(RuntimeError, match="out of memory"):
         Ranker.from_pretrained(folder, backend="auto")
 
@@ -344,7 +345,7 @@ def test_gpu_half_precision_scores_stay_within_tolerance(stock_checkpoint, tmp_p
 
 
 def test_default_batch_size_is_16_on_cpu_and_64_on_a_gpu_and_scores_do_not_depend_on_it(stock_checkpoint, tmp_path):
-    from as2hub.modeling.ranking import default_batch_size
+    from as2hub.inference.ranking import default_batch_size
 
     assert default_batch_size("cpu") == 16 and default_batch_size(torch.device("cuda", 0)) == 64
     folder = spread_tiny_ranker(stock_checkpoint, tmp_path, "bert", True, export=False)

@@ -2,7 +2,7 @@
 batch of 64 with other neighbours, on the fp32 paths (torch, ONNX) and the int8 path (per-token activation scales),
 for every cross-encoder backbone (contextual and pairwise) and for the joint model (a question's group of k
 candidates alone or batched with other questions' groups). bf16 is measured, not required to be invariant: its
-spread is checked against its tolerance and reported (``modeling/BACKENDS.md``)."""
+spread is checked against its tolerance and reported (``inference/BACKENDS.md``)."""
 
 import pytest
 import torch
@@ -11,9 +11,9 @@ from test_backends import TOLERANCE, spread_tiny_ranker
 from test_onnx_backend import CANDIDATES, CONTEXTS, QUESTION
 from test_onnx_joint import saved_joint
 
-from as2hub.modeling.joint_ranking import JointRanker
-from as2hub.modeling.onnx_backend import export_onnx
-from as2hub.modeling.ranking import Ranker
+from as2hub.inference.joint_ranking import JointRanker
+from as2hub.inference.onnx_export import export_onnx
+from as2hub.inference.ranking import Ranker
 
 EXACT = 1e-6  # the issue's bound for the fp32 and int8 paths
 QUESTIONS = [
@@ -87,7 +87,7 @@ def test_bf16_scores_move_with_the_batch_but_stay_within_the_bf16_tolerance(
     stock_checkpoint, tmp_path, backbone, contextual
 ):
     """bf16 is not batch-invariant (padding changes the length of the reductions, and bf16 rounds every partial
-    result); the spread measured here is reported in modeling/BACKENDS.md."""
+    result); the spread measured here is reported in inference/BACKENDS.md."""
     folder = spread_tiny_ranker(stock_checkpoint, tmp_path, backbone, contextual, std=0.2, export=False)
     alone, in_8, in_64 = three_ways(
         lambda size: Ranker.from_pretrained(folder, backend="torch-bf16", batch_size=size, max_length=96), contextual

@@ -19,8 +19,8 @@ import torch
 from helpers import HAS_ONNX, spread
 from transformers import AutoTokenizer
 
+from as2hub.inference.ranking import Ranker
 from as2hub.modeling import CONTEXTUAL_MODELS
-from as2hub.modeling.ranking import Ranker
 from as2hub.run_scripts import score as score_script
 from as2hub.run_scripts.score import score_files
 
@@ -291,7 +291,7 @@ def test_retrained_weights_in_the_same_folder_are_refused_then_rescored(model_di
 def test_the_resolved_backend_is_recorded_and_another_one_refused(model_dir, inputs, tmp_path):
     import shutil
 
-    from as2hub.modeling.onnx_backend import export_onnx
+    from as2hub.inference.onnx_export import export_onnx
 
     model = shutil.copytree(model_dir, tmp_path / "model")
     export_onnx(model)  # fp32 graph: backend="auto" on this machine picks "onnx" (no int8 graph), or bf16 torch
@@ -324,7 +324,7 @@ def test_int8_scores_do_not_depend_on_batch_size_or_shard_boundaries(model_dir, 
     """Issue 30: with the per-token int8 graph, --batch_size and --rows_per_shard do not change a single score."""
     import shutil
 
-    from as2hub.modeling.onnx_backend import export_onnx
+    from as2hub.inference.onnx_export import export_onnx
 
     model = Path(shutil.copytree(model_dir, tmp_path / "model"))
     export_onnx(model, quantize="int8")

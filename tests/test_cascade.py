@@ -14,9 +14,9 @@ import torch
 from helpers import BACKBONES, BLOCK_AS2HUB, TINY
 from transformers import AutoModelForSequenceClassification
 
+from as2hub.inference.cascade import NoCascadeHeadsError, kept
+from as2hub.inference.ranking import Ranker
 from as2hub.modeling import CONTEXTUAL_MODELS
-from as2hub.modeling.cascade import NoCascadeHeadsError, kept
-from as2hub.modeling.ranking import Ranker
 from as2hub.modeling.segment_layout import pad_batch
 
 QUESTION = "how does the garbage collector find reference cycles?"

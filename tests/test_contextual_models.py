@@ -11,9 +11,9 @@ from helpers import BACKBONES, BLOCK_AS2HUB
 from transformers import AutoModel, AutoModelForSequenceClassification, AutoTokenizer
 
 from as2hub.data_collators import ContextualAS2Collator
+from as2hub.inference.ranking import Ranker, context_text_pair
 from as2hub.modeling import CONTEXTUAL_MODELS
 from as2hub.modeling.contextual_as2.hub_common import infer_token_type_ids
-from as2hub.modeling.ranking import Ranker, context_text_pair
 
 EXAMPLES = [
     ("What does the import statement do?", "It finds a module and binds it.", "Modules are objects. They have names."),

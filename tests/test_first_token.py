@@ -10,8 +10,8 @@ from test_backends import spread_tiny_ranker
 from test_onnx_joint import saved_joint
 from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
+from as2hub.inference.ranking import Ranker
 from as2hub.modeling.first_token import first_token_last_layer
-from as2hub.modeling.ranking import Ranker
 from as2hub.modeling.segment_layout import pad_batch
 
 QUESTIONS = ["who wrote hamlet?", "where is the capital of france and why", "hamlet?"]
@@ -100,7 +100,7 @@ def test_exported_graph_computes_the_last_feed_forward_for_the_first_token(stock
     import onnxruntime as ort
 
     folder = spread_tiny_ranker(stock_checkpoint, tmp_path / "m", "bert", False, export=False)
-    from as2hub.modeling.onnx_backend import export_onnx
+    from as2hub.inference.onnx_export import export_onnx
 
     paths = export_onnx(folder)  # checks the graph's scores against the full torch model's
     graph = onnx.load(str(paths["fp32"]))

@@ -397,7 +397,7 @@ def test_torchrun_one_process_with_nccl(tmp_path):
 @pytest.mark.gpu
 @needs_cuda
 def test_lora_on_cuda_and_onnx_export_of_the_cuda_trained_folder(tmp_path, stock_checkpoint, monkeypatch):
-    from as2hub.modeling.ranking import Ranker
+    from as2hub.inference.ranking import Ranker
     from as2hub.run_scripts import run_as2
 
     recorder = AutocastRecorder(monkeypatch)
@@ -538,7 +538,7 @@ def test_gpu_pretrain_benchmark_runs_on_the_cpu_at_tiny_size(tmp_path):
 def test_layer_cascade_on_cuda_keeps_the_stage_counts_and_equals_the_full_model_at_drop_zero(tokenizers, backbone):
     from test_cascade import CANDIDATES, CONTEXTS, QUESTION, cascade_model
 
-    from as2hub.modeling.ranking import Ranker
+    from as2hub.inference.ranking import Ranker
 
     model, tokenizer = cascade_model(tokenizers, backbone)
     cpu = Ranker(model, tokenizer).rank(QUESTION, CANDIDATES, CONTEXTS, cascade_drop=0.5)

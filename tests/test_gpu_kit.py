@@ -226,3 +226,71 @@ def test_a_carry_that_cannot_import_as2hub_is_refused(tmp_path):
     message = str(refusal.value)
     assert message.startswith("error: the carry cannot import as2hub on the image (python 3.12, transformers 5.17.0,")
     assert message.endswith("ImportError: cannot import name 'SubConfigSpec'") and "\n" not in message
+
+
+# gpu_learn_lease.sh: the order of its invocations, with a stand-in for run_gpu_session.sh that records each call and
+# writes the results JSON a reproduce.py invocation would (the pre-training done or not).
+FAKE_PART = r"""#!/usr/bin/env bash
+shift  # reproduce
+table=$1; shift
+echo "$AS2HUB_RUN_TAG|$table|$*|$AS2HUB_GPU_PART_SECONDS" >> "$CALLS"
+name=as2_pretraining
+[ "$table" = 004 ] && name=joint
+echo "{\"pretraining\": {\"ssp\": {\"status\": \"$PRETRAIN_STATUS\"}}}" \
+  > "$OUT/reproduce_${name}_${AS2HUB_REPRODUCE_SCALE}_$AS2HUB_RUN_TAG.json"
+echo "=== fake $AS2HUB_RUN_TAG"
+"""
+
+
+def run_lease(tmp_path, status: str, group: str = "ssp") -> list[list[str]]:
+    import subprocess
+
+    part = tmp_path / "part.sh"
+    part.write_text(FAKE_PART)
+    calls, out = tmp_path / "calls.txt", tmp_path / "out"
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "OUT": str(out),
+        "CALLS": str(calls),
+        "PRETRAIN_STATUS": status,
+        "AS2HUB_LEASE_PART": str(part),
+        "AS2HUB_LEASE_SECONDS": "500",
+    }
+    done = subprocess.run(
+        ["bash", str(ROOT / "benchmarks" / "gpu" / "gpu_learn_lease.sh"), group],
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0, done.stderr
+    archive = out / f"gpu_learn_{group}.tgz"
+    assert archive.is_file() and not list(out.glob("*.json")), sorted(p.name for p in out.iterdir())
+    return [line.split("|") for line in calls.read_text().splitlines()]
+
+
+def test_the_lease_fine_tunes_the_other_seeds_from_the_finished_pre_training(tmp_path):
+    calls = {tag: (table, flags, int(seconds)) for tag, table, flags, seconds in run_lease(tmp_path, "done")}
+    assert set(calls) == {"base", "pairwise_ssp", "pairwise_ssp_a", "pairwise_ssp_b", "pairwise_mlm", "pairwise_mlm_a",
+                          "pairwise_mlm_b"}  # fmt: skip
+    assert {table for table, _, _ in calls.values()} == {"001"}
+    assert "--systems pairwise --seed_list 42,43,44,45,46" in calls["base"][1]
+    for system in ("pairwise_ssp", "pairwise_mlm"):
+        assert f"--systems {system} --seed_list 42 " in calls[system][1] + " "
+        assert "--state_from" not in calls[system][1]
+        for tag, seeds in (("a", "43,44"), ("b", "45,46")):
+            flags = calls[f"{system}_{tag}"][1]
+            assert f"--systems {system} --seed_list {seeds} " in flags
+            assert flags.endswith(f"--state_from {tmp_path}/out/reproduce_as2_pretraining_gpu_learn_{system}.json")
+    assert all(0 < seconds <= 500 for _, _, seconds in calls.values())
+
+
+def test_the_lease_starts_no_fine_tuning_without_its_pre_training(tmp_path):
+    calls = run_lease(tmp_path, "partial")
+    assert sorted(call[0] for call in calls) == ["base", "pairwise_mlm", "pairwise_ssp"]
+
+
+def test_the_mspp_group_runs_each_cascade_with_its_pre_training(tmp_path):
+    calls = {tag: flags for tag, table, flags, _ in run_lease(tmp_path, "done", "mspp")}
+    assert "--systems mspp,cascade --seed_list 42 " in calls["mspp"] + " "
+    assert "--systems mspp_own_slot,cascade_mspp_own_slot --seed_list 43,44 " in calls["mspp_own_slot_a"]
+    assert "--systems joint_all,joint_own_slot --seed_list 42,43,44,45,46" in calls["base"]

@@ -1,7 +1,8 @@
 """The import contract: as2hub's layers import downward only, and nothing imports in a circle.
 
-    modeling (remote-code folders, family registry, layouts, scoring)     layer 0
-    metrics, data_collators (readers, collators, example generation)      layer 1 (independent of each other)
+    modeling (remote-code folders, family registry, layouts, scores)      layer 0
+    inference (rankers, backends, the cascade, ONNX export and runtime)   layer 1 (independent of each other)
+    metrics, data_collators (readers, collators, example generation)      layer 1
     training (Trainer subclasses, argument checks, model builders)        layer 2
     hub_cards (cards, run record, run outputs, Hub push)                  layer 3 (independent of each other)
     serving (the scorer, the HTTP app, the batch-scoring engine)          layer 3
@@ -12,6 +13,10 @@ from the other package of its layer; no two as2hub modules import each other in 
 function; the remote-code folders never import the family registry (nor anything of as2hub outside their folder);
 the commands are leaves (no ``run_*`` module imports another); the remote-code folders (what goes to the
 Hub) import only the standard library, torch, transformers, huggingface_hub, safetensors, numpy and their siblings.
+
+One named exemption: the deprecated shims (:data:`DEPRECATED_SHIMS`, old paths of the names that moved to
+``inference/``) import their new homes, upward, and nothing else upward; no other module, test or benchmark imports a
+shim. ``tests/test_deprecated_paths.py`` checks that each warns and resolves to the new object.
 
 Read from the source with ``ast`` (every ``import``, at module level or inside functions), so a lazy import counts.
 """
@@ -25,12 +30,27 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 LAYERS = {
     "modeling": 0,
+    "inference": 1,
     "metrics": 1,
     "data_collators": 1,
     "training": 2,
     "hub_cards": 3,
     "serving": 3,
     "run_scripts": 4,
+}
+# The deprecated shims (modeling/deprecation.py): old module -> the upward modules it may import, and only these. Each
+# goes in as2hub 0.2.0 (deprecation.REMOVED_IN), and with it its line here.
+DEPRECATED_SHIMS = {
+    "as2hub.modeling.ranking": ("as2hub.inference", "as2hub.inference.ranking"),
+    "as2hub.modeling.joint_ranking": ("as2hub.inference", "as2hub.inference.joint_ranking"),
+    "as2hub.modeling.backends": ("as2hub.inference", "as2hub.inference.backends"),
+    "as2hub.modeling.cascade": ("as2hub.inference", "as2hub.inference.cascade"),
+    "as2hub.modeling.onnx_cascade": ("as2hub.inference", "as2hub.inference.onnx_cascade"),
+    "as2hub.modeling.onnx_backend": (
+        "as2hub.inference",
+        "as2hub.inference.onnx_export",
+        "as2hub.inference.onnx_runtime",
+    ),
 }
 REMOTE_CODE = ("contextual_as2", "ssp_pretraining", "joint_multicandidate", "longformer_qe")
 REMOTE_CODE_ALLOWED = {"torch", "transformers", "huggingface_hub", "safetensors", "numpy"}
@@ -82,9 +102,10 @@ def layer_violations(files) -> list[str]:
     problems = []
     for path in files:
         source = module_name(path).split(".")[1]
+        exempt = DEPRECATED_SHIMS.get(module_name(path), ())
         for line, module in imports_of(path):
             parts = module.split(".")
-            if parts[0] != "as2hub" or len(parts) < 2 or parts[1] not in LAYERS:
+            if parts[0] != "as2hub" or len(parts) < 2 or parts[1] not in LAYERS or module in exempt:
                 continue
             target = parts[1]
             where = f"{path.relative_to(ROOT)}:{line}"
@@ -95,6 +116,18 @@ def layer_violations(files) -> list[str]:
             command = target == "run_scripts" and len(parts) > 2 and parts[2].startswith("run_")
             if command and path.stem.startswith("run_") and parts[2] != path.stem:
                 problems.append(f"{where} imports {module}: a command imports another command")
+    return problems
+
+
+def deprecated_uses(files) -> list[str]:
+    """Every import of a deprecated shim outside the shims themselves."""
+    problems = []
+    for path in files:
+        if module_name(path) in DEPRECATED_SHIMS:
+            continue
+        for line, module in imports_of(path):
+            if any(module == shim or module.startswith(shim + ".") for shim in DEPRECATED_SHIMS):
+                problems.append(f"{path.relative_to(ROOT)}:{line} imports {module}, a deprecated path")
     return problems
 
 
@@ -148,6 +181,16 @@ def test_every_import_runs_down_the_layers():
     assert layer_violations(source_files()) == []
 
 
+def test_only_the_named_shims_import_upward_and_nothing_imports_a_shim():
+    """The exemption is exactly DEPRECATED_SHIMS: each is a file of modeling/, and no module of the package, test or
+    benchmark uses a deprecated path (lazy imports included)."""
+    for shim in DEPRECATED_SHIMS:
+        path = resolve(shim)
+        assert path is not None and path.parent == ROOT / "modeling", shim
+    files = [*source_files(), *sorted((ROOT / "tests").rglob("*.py")), *sorted((ROOT / "benchmarks").rglob("*.py"))]
+    assert deprecated_uses(files) == []
+
+
 def test_no_as2hub_modules_import_each_other_in_a_cycle():
     graph = import_graph(source_files())
     # package __init__ files that re-export their submodules are not cycles of behaviour: drop package -> child edges
@@ -180,9 +223,19 @@ def test_the_contract_catches_an_upward_import_and_a_cycle(tmp_path, monkeypatch
     (tmp_path / "run_scripts" / "run_as2.py").write_text("from as2hub.modeling import ranking\n")
     (tmp_path / "run_scripts" / "run_joint.py").write_text("def f():\n    from as2hub.run_scripts import run_as2\n")
     (tmp_path / "metrics" / "ranking.py").write_text("from as2hub.data_collators import x\n")
+    (tmp_path / "modeling" / "backends.py").write_text(
+        "def __getattr__(name):\n    from as2hub.inference import backends\n"
+    )
+    (tmp_path / "training" / "joint.py").write_text("from as2hub.modeling.backends import BACKENDS\n")
     monkeypatch.setattr(sys.modules[__name__], "ROOT", tmp_path)
     files = source_files(tmp_path)
     problems = layer_violations(files)
+    # a shim imports its listed new home (not a violation), and nothing else upward (modeling/ranking.py above)
+    assert not any("modeling/backends.py" in p for p in problems)
+    assert deprecated_uses(files) == [
+        "run_scripts/run_as2.py:1 imports as2hub.modeling.ranking, a deprecated path",
+        "training/joint.py:1 imports as2hub.modeling.backends, a deprecated path",
+    ]
     assert any(
         "modeling/ranking.py:1 imports as2hub.run_scripts.run_as2: run_scripts is above modeling" in p for p in problems
     )

@@ -11,6 +11,8 @@ from helpers import BACKBONES, BLOCK_AS2HUB
 from transformers import AutoModel, AutoModelForPreTraining, AutoTokenizer, pipeline
 
 from as2hub.data_collators import JointCollator
+from as2hub.inference.joint_ranking import JointRanker, cascade_order
+from as2hub.inference.ranking import Ranker
 from as2hub.modeling import JointMultiCandidateModel
 from as2hub.modeling.joint_multicandidate import (
     BertForJointMultiCandidate,
@@ -19,8 +21,6 @@ from as2hub.modeling.joint_multicandidate import (
     RobertaForJointPretraining,
     SlotLayout,
 )
-from as2hub.modeling.joint_ranking import JointRanker, cascade_order
-from as2hub.modeling.ranking import Ranker
 
 K, L = 3, 16
 HEADS = ("IE_1", "AE_1", "IE_k", "AE_k")

@@ -9,18 +9,20 @@ from helpers import needs_onnx, transformers_messages
 from safetensors.torch import load_file
 from transformers import AutoTokenizer
 
-from as2hub.modeling import CONTEXTUAL_MODELS, ranking
+from as2hub.inference import ranking
+from as2hub.inference.joint_ranking import JointRanker
+from as2hub.inference.onnx_runtime import OnnxRankerModel
+from as2hub.inference.ranking import Ranker
+from as2hub.modeling import CONTEXTUAL_MODELS
 from as2hub.modeling.folders import (
     AdapterFolderError,
     ModelNotFoundError,
     NotAModelFolderError,
     NotAnAS2hubRankerError,
     check_model_path,
+    check_ranker_folder,
 )
-from as2hub.modeling.joint_ranking import JointRanker
 from as2hub.modeling.lora import add_lora, embedding_layers_to_save
-from as2hub.modeling.onnx_backend import OnnxRankerModel, check_ranker_folder
-from as2hub.modeling.ranking import Ranker
 from as2hub.run_scripts.arguments import run_cli, user_errors
 
 LOADERS = {

@@ -13,15 +13,11 @@ import torch
 from helpers import BACKBONES, BLOCK_AS2HUB, needs_onnx
 from transformers import AutoTokenizer
 
+from as2hub.inference.onnx_export import export_onnx
+from as2hub.inference.onnx_runtime import OnnxRankerModel, StaleOnnxExportError
+from as2hub.inference.ranking import Ranker, context_text_pair
 from as2hub.modeling import CONTEXTUAL_MODELS
-from as2hub.modeling.onnx_backend import (
-    GRAPH_FILES,
-    NotAnAS2hubRankerError,
-    OnnxRankerModel,
-    StaleOnnxExportError,
-    export_onnx,
-)
-from as2hub.modeling.ranking import Ranker, context_text_pair
+from as2hub.modeling.folders import GRAPH_FILES, NotAnAS2hubRankerError
 from as2hub.modeling.scores import probability_of_correct
 from as2hub.run_scripts import export_onnx as export_script
 
@@ -146,7 +142,7 @@ def test_int8_graph_is_quantized_and_its_scores_stay_close(stock_checkpoint, tmp
     """On a tiny model whose weights (std 0.2) make its scores spread over 0.08-0.24 on 20 pairs, the int8 scores stay
     within INT8_TOLERANCE of fp32 and within 20% of the spread (measured 2026-11-28, AMD EPYC AVX2, 7-bit weights:
     at most 0.0179, 4-11% of the spread): a graph that scored a constant, or the wrong rows, would be off by the spread.
-    The WikiQA MAP change of a fine-tuned MiniLM is measured by the benchmark (modeling/BACKENDS.md)."""
+    The WikiQA MAP change of a fine-tuned MiniLM is measured by the benchmark (inference/BACKENDS.md)."""
     from test_backends import spread_tiny_ranker
 
     folder = spread_tiny_ranker(stock_checkpoint, tmp_path, backbone, contextual, std=0.2)

@@ -13,16 +13,16 @@ from helpers import BACKBONES, needs_onnx, redraw_weights
 from test_cascade import CANDIDATES, CONTEXTS, QUESTION, cascade_model
 from test_onnx_backend import INT8_TOLERANCE
 
-from as2hub.modeling.cascade import NoCascadeHeadsError, TorchStages, check_cascade
-from as2hub.modeling.onnx_backend import (
+from as2hub.inference.cascade import NoCascadeHeadsError, TorchStages, check_cascade
+from as2hub.inference.onnx_cascade import stage_graph_file
+from as2hub.inference.onnx_export import export_onnx
+from as2hub.inference.onnx_runtime import (
     INT8_DESCRIPTION,
     MissingOnnxExportError,
     OnnxRankerModel,
     StaleOnnxExportError,
-    export_onnx,
 )
-from as2hub.modeling.onnx_cascade import stage_graph_file
-from as2hub.modeling.ranking import Ranker
+from as2hub.inference.ranking import Ranker
 from as2hub.modeling.segment_layout import pad_batch
 from as2hub.run_scripts import export_onnx as export_script
 

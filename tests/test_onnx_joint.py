@@ -6,10 +6,12 @@ import torch
 from helpers import needs_onnx, spread
 from transformers import AutoTokenizer
 
+from as2hub.inference.joint_ranking import JointRanker
+from as2hub.inference.onnx_export import export_onnx
+from as2hub.inference.onnx_runtime import OnnxRankerModel, StaleOnnxExportError
+from as2hub.inference.ranking import Ranker
 from as2hub.modeling import CONTEXTUAL_MODELS, JointMultiCandidateModel
-from as2hub.modeling.joint_ranking import JointRanker
-from as2hub.modeling.onnx_backend import GRAPH_FILES, OnnxRankerModel, StaleOnnxExportError, export_onnx
-from as2hub.modeling.ranking import Ranker
+from as2hub.modeling.folders import GRAPH_FILES
 
 pytestmark = needs_onnx
 
@@ -135,7 +137,7 @@ def test_graphs_exported_before_first_token_attention_existed_still_load(stock_c
 
     import onnx
 
-    from as2hub.modeling.onnx_backend import CONFIG_KEY
+    from as2hub.inference.onnx_runtime import CONFIG_KEY
 
     def drop_the_field(graph_path):
         graph = onnx.load(str(graph_path))

@@ -324,7 +324,7 @@ def test_a_card_built_from_in_memory_run_objects_names_the_hub_base_and_the_metr
 
 
 def test_an_onnx_export_is_uploaded_with_the_model_unless_it_is_stale(hub, ranker_copy, monkeypatch):
-    from as2hub.modeling.onnx_backend import weights_sha256
+    from as2hub.modeling.folders import weights_sha256
 
     monkeypatch.setattr("huggingface_hub.constants.HF_HUB_DISABLE_XET", True)  # the fake speaks LFS, not Xet
 

@@ -26,7 +26,7 @@ from transformers import AutoModelForPreTraining, AutoModelForSequenceClassifica
 import as2hub.modeling  # noqa: F401  (registers the as2hub classes: the "before the push" outputs)
 from as2hub.hub_cards.push import push_run_folder, validate_in_fresh_process
 from as2hub.hub_cards.run_record import PublishError, read_run
-from as2hub.modeling.ranking import context_text_pair
+from as2hub.inference.ranking import context_text_pair
 from as2hub.run_scripts import push_to_hub, run_as2, run_pretrain
 
 pytestmark = pytest.mark.slow

@@ -22,8 +22,8 @@ import torch
 from helpers import BLOCK_AS2HUB, needs_onnx, needs_wikiqa, spread
 from transformers import AutoTokenizer
 
+from as2hub.inference.joint_ranking import JointRankedCandidate, JointRanker
 from as2hub.modeling import CONTEXTUAL_MODELS, JointMultiCandidateModel, LongformerWithQEContrastive
-from as2hub.modeling.joint_ranking import JointRankedCandidate, JointRanker
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
@@ -154,7 +154,7 @@ def joint_dir(stock_checkpoint, tmp_path_factory):
 RUNNERS = {  # the first line of each README python block -> the test below that runs it
     "from transformers import pipeline": "test_pipeline_block_returns_the_dict_the_readme_shows",
     "from as2hub.data_collators import generate_examples": "test_generate_examples_block",
-    "from as2hub.modeling.joint_ranking import JointRanker": "test_joint_ranker_block",
+    "from as2hub.inference import JointRanker": "test_joint_ranker_block",
     "from as2hub.modeling import LongformerWithQEContrastive": "test_longformer_block",
     "import numpy as np": "test_onnxruntime_block_scores_like_the_torch_model",
 }
@@ -192,7 +192,7 @@ def test_generate_examples_block():
 
 
 def test_joint_ranker_block(ranker_dir, joint_dir):
-    block = block_starting("from as2hub.modeling.joint_ranking import JointRanker")
+    block = block_starting("from as2hub.inference import JointRanker")
     code = substituted(block, {"outputs/joint": joint_dir, "outputs/minilm-wikiqa": ranker_dir})
     value, namespace = run_block(code)
     assert isinstance(namespace["ranker"], JointRanker) and namespace["ranker"].pairwise is not None
@@ -214,7 +214,7 @@ def test_longformer_block(stock_checkpoint):
 def test_onnxruntime_block_scores_like_the_torch_model(ranker_dir):
     from transformers import AutoModelForSequenceClassification
 
-    from as2hub.modeling.onnx_backend import export_onnx
+    from as2hub.inference.onnx_export import export_onnx
 
     export_onnx(ranker_dir)
     block = block_starting("import numpy as np")
@@ -275,7 +275,7 @@ def test_pipeline_block_without_as2hub_prints_one_dict(ranker_dir):
 @needs_onnx
 @pytest.mark.slow
 def test_onnxruntime_block_without_as2hub_needs_no_prompt(ranker_dir):
-    from as2hub.modeling.onnx_backend import export_onnx
+    from as2hub.inference.onnx_export import export_onnx
 
     if not (ranker_dir / "onnx" / "model.onnx").is_file():
         export_onnx(ranker_dir)
@@ -348,8 +348,8 @@ def test_readme_lora_command_asks_for_lora(monkeypatch):
 @needs_wikiqa()
 def test_readme_lora_command_runs_and_its_folder_loads(stock_checkpoint, tmp_path):
     """The README's LoRA command on WikiQA, the Hub model replaced by a tiny local BERT and the run cut to 2 steps."""
+    from as2hub.inference.ranking import Ranker
     from as2hub.modeling.folders import AdapterFolderError
-    from as2hub.modeling.ranking import Ranker
     from as2hub.run_scripts import run_as2
 
     (argv,) = [argv for script, *argv in readme_commands() if script == "run_as2" and "--use_lora" in argv]

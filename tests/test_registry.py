@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 from transformers import AutoConfig, AutoModel, AutoModelForSequenceClassification
 
+from as2hub.inference.onnx_export import EXPORT_LAYOUTS, EXPORT_SPECS
 from as2hub.modeling import CONTEXTUAL_MODELS, JOINT_MODELS, JOINT_PRETRAINING_MODELS, SSP_MODELS, registry
 from as2hub.modeling.first_token import FIRST_TOKEN_MODEL_TYPES
-from as2hub.modeling.onnx_backend import EXPORT_LAYOUTS, EXPORT_SPECS
 from as2hub.modeling.registry import FAMILIES, Family, check_family, family_of, model_types, position_offset
 from as2hub.modeling.scores import JOINT_MODEL_TYPES, SCORE_RULES
 from as2hub.run_scripts.arguments import usable_positions
@@ -55,7 +55,16 @@ def test_no_library_module_writes_a_model_type_of_its_own():
     for path in root.rglob("*.py"):
         relative = path.relative_to(root).as_posix()
         top = relative.split("/")[0]
-        if top not in ("modeling", "metrics", "training", "data_collators", "serving", "run_scripts", "hub_cards"):
+        if top not in (
+            "modeling",
+            "inference",
+            "metrics",
+            "training",
+            "data_collators",
+            "serving",
+            "run_scripts",
+            "hub_cards",
+        ):
             continue
         if relative == "modeling/registry.py" or any(relative.startswith(folder + "/") for folder in remote):
             continue

@@ -25,9 +25,9 @@ import torch
 from helpers import spread
 from transformers import AutoTokenizer
 
+from as2hub.inference.joint_ranking import JointRanker
+from as2hub.inference.ranking import Ranker
 from as2hub.modeling import CONTEXTUAL_MODELS, JointMultiCandidateModel
-from as2hub.modeling.joint_ranking import JointRanker
-from as2hub.modeling.ranking import Ranker
 from as2hub.run_scripts.serve import Query, RerankScorer, ServeConfig, check_folders, raw_score
 
 HAS_SERVE = all(importlib.util.find_spec(name) is not None for name in ("ray", "fastapi"))
@@ -162,7 +162,7 @@ def test_the_cascade_and_a_joint_model_alone_rank_as_joint_ranker(folders):
 def test_the_backend_is_passed_on_to_the_ranker(folders, tmp_path):
     import shutil
 
-    from as2hub.modeling.onnx_backend import export_onnx
+    from as2hub.inference.onnx_export import export_onnx
 
     folder = shutil.copytree(folders["pairwise"], tmp_path / "pairwise")
     export_onnx(folder)
@@ -182,7 +182,7 @@ def test_raw_scores_are_logits_and_stay_finite():
 
 
 def test_wrong_folders_are_named_before_ray_starts(folders, tmp_path):
-    from as2hub.modeling.onnx_backend import NotAnAS2hubRankerError
+    from as2hub.modeling.folders import NotAnAS2hubRankerError
     from as2hub.run_scripts.serve import ArgumentError
 
     with pytest.raises(FileNotFoundError, match="no such model folder"):

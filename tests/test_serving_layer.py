@@ -8,10 +8,10 @@ import pytest
 import torch
 from transformers import AutoTokenizer
 
+from as2hub.inference.backends import ScoringModel
+from as2hub.inference.joint_ranking import JointRanker
+from as2hub.inference.ranking import Ranker
 from as2hub.modeling import CONTEXTUAL_MODELS, JointMultiCandidateModel
-from as2hub.modeling.backends import ScoringModel
-from as2hub.modeling.joint_ranking import JointRanker
-from as2hub.modeling.ranking import Ranker
 from as2hub.serving.options import RankerOptions, ScoreConfig, ServeConfig
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -39,7 +39,7 @@ def test_torch_and_onnx_models_provide_what_a_scoring_backend_must(stock_checkpo
     assert isinstance(model, ScoringModel)
     assert Ranker(model, AutoTokenizer.from_pretrained(source)).backend == "torch"
     assert not isinstance(object(), ScoringModel)
-    from as2hub.modeling.onnx_backend import OnnxRankerModel
+    from as2hub.inference.onnx_runtime import OnnxRankerModel
 
     assert all(hasattr(OnnxRankerModel, name) for name in ("eval", "logits_to_scores", "device", "__call__"))
 

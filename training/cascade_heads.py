@@ -1,6 +1,6 @@
 """The cheap step of the layer cascade: train new cascade heads on a fine-tuned ranker whose encoder stays frozen.
 
-A cascade head reads one vector, the first token's hidden state after its layer (``modeling/CASCADE.md``). With the
+A cascade head reads one vector, the first token's hidden state after its layer (``inference/CASCADE.md``). With the
 encoder frozen those vectors never change, so they are computed once (one forward pass over the training set, in eval
 mode: no dropout, as at ranking time) and the heads train on them for as many epochs as asked, in seconds; the
 encoder and the final head are not touched, so the full model's scores stay those of the ranker. This is exact, not

@@ -13,10 +13,10 @@ from transformers import AutoConfig, AutoTokenizer
 from as2hub.data_collators import AS2DataError, ScoreColumn, group_candidates, load_fv_data
 from as2hub.data_collators.joint_data import questions_in_order
 from as2hub.data_collators.tokenizer_training import embedded_tokenizer
+from as2hub.inference.joint_ranking import cascade_order
 from as2hub.metrics import compute_as2_metrics
 from as2hub.modeling import JointMultiCandidateModel
 from as2hub.modeling.joint_multicandidate import JointRobertaConfig
-from as2hub.modeling.joint_ranking import cascade_order
 from as2hub.modeling.loading import load_checkpoint
 from as2hub.training.checks import TINY_ROBERTA
 
@@ -51,7 +51,7 @@ def pairwise_scores(data_args, splits: dict) -> dict[str, list[float]] | None:
             for name, split in splits.items()
         }
     if data_args.pairwise_model:
-        from as2hub.modeling.ranking import Ranker
+        from as2hub.inference.ranking import Ranker
 
         ranker = Ranker.from_pretrained(
             data_args.pairwise_model, max_length=data_args.pairwise_max_length, batch_size=data_args.pairwise_batch_size

@@ -44,8 +44,8 @@ UPGRADES = (
 # run scripts). Not as2hub.serving: Ray and FastAPI are neither on the image nor carried.
 CHECKED_MODULES = (
     "as2hub.modeling",
-    "as2hub.modeling.ranking",
-    "as2hub.modeling.backends",
+    "as2hub.inference.ranking",
+    "as2hub.inference.backends",
     "as2hub.data_collators",
     "as2hub.metrics",
     "as2hub.training",

@@ -11,7 +11,7 @@ Each backbone keeps its stock config fields and adds three:
 - ``sep_token_id``: the separator used to infer segments when ``token_type_ids`` are not passed (pipelines and
   sentence-transformers' CrossEncoder send none).
 
-Two more, optional, for the layer cascade (Soldaini & Moschitti, ACL 2020; ``modeling/CASCADE.md``):
+Two more, optional, for the layer cascade (Soldaini & Moschitti, ACL 2020; ``inference/CASCADE.md``):
 
 - ``cascade_layers`` (list of int, default None): a classifier head after each of these encoder layers (1-based,
   increasing, below ``num_hidden_layers``); ranking with ``cascade_drop`` drops the weakest candidates at each head.

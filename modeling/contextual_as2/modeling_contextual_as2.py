@@ -162,7 +162,7 @@ class ContextualAS2Mixin(TokenTypeGrowthMixin):
         return self._loss(every[drawn], labels)
 
     # Staged inference for the layer cascade: the ranker embeds once, runs the encoder in slices between heads, reads
-    # a head's logits, and carries the survivors' hidden states on (``as2hub.modeling.cascade``).
+    # a head's logits, and carries the survivors' hidden states on (``as2hub.inference.cascade``).
     def cascade_embed(self, input_ids, attention_mask=None, token_type_ids=None) -> torch.Tensor:
         """The encoder's input: embeddings (and ELECTRA's projection) of a batch, as the full forward computes them."""
         token_type_ids = self._segment_ids(input_ids, attention_mask, token_type_ids)

@@ -1,0 +1,309 @@
+"""Ranking answer candidates with a (contextual) AS2 cross-encoder.
+
+Example:
+    >>> from as2hub.inference.ranking import Ranker
+    >>> ranker = Ranker.from_pretrained("path/to/ranker")  # doctest: +SKIP
+    >>> ranker.rank("who wrote hamlet?", ["Hamlet is a tragedy.", "Shakespeare wrote it."])  # doctest: +SKIP
+    [RankedCandidate(index=1, score=0.93, text='Shakespeare wrote it.'), RankedCandidate(index=0, ...)]
+
+Speed comes from tokenizing every text once in one fast-tokenizer call, sorting pairs by length so each batch pads
+little, padding each batch only to its own longest row, computing the last layer for the first token only (the one
+the head reads, :mod:`as2hub.modeling.first_token`) and running under ``torch.inference_mode``. ``Ranker.from_pretrained(path, backend="auto")`` runs the same batches on the fastest
+correct backend for the machine: ONNX Runtime int8 (:mod:`as2hub.inference.onnx_runtime`), torch bf16 where the CPU
+has bf16 hardware, fp16/bf16 on a GPU (:mod:`as2hub.inference.backends`, ``inference/BACKENDS.md``).
+
+With a ``pipeline("text-classification", model=folder, trust_remote_code=True)`` pass the context inside the pair::
+
+    pipe({"text": question, "text_pair": context_text_pair(pipe.tokenizer, candidate, context)})
+
+The model derives the three segments from the separators: RoBERTa tokenizers send no ``token_type_ids``, and the pair
+ids of BERT-style tokenizers (1 for the candidate and the context alike) are raised to 2 after the second separator,
+so the pipeline, sentence-transformers' ``CrossEncoder`` and :class:`Ranker` give the same scores.
+"""
+
+import logging
+from dataclasses import dataclass, field
+
+import torch
+from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+from as2hub.inference import backends
+from as2hub.inference.backends import BACKENDS, LoadedModel, ScoringModel, check_runnable, normalize, torch_dtype
+from as2hub.inference.cascade import cascade_order, cascade_scores
+from as2hub.modeling.first_token import first_token_last_layer
+from as2hub.modeling.folders import check_model_path
+from as2hub.modeling.segment_layout import SegmentLayout, pad_batch
+
+logger = logging.getLogger("as2hub.backends")
+
+
+@dataclass(frozen=True)
+class RankedCandidate:
+    """One ranked candidate: its position in the input, its score and text, and ``layer``: the encoder depth that
+    scored it (the model's depth; with ``cascade_drop``, a cascade head's layer for a candidate dropped there)."""
+
+    index: int
+    score: float
+    text: str
+    layer: int | None = field(default=None, kw_only=True)  # keyword-only: subclasses keep their positional fields
+
+
+def context_text_pair(tokenizer, candidate: str, context: str) -> str:
+    """``text_pair`` that carries a context for pipelines: candidate, the layout's middle separators, context."""
+    middle = SegmentLayout.from_tokenizer(tokenizer).middle
+    return candidate + "".join(tokenizer.convert_ids_to_tokens(list(middle))) + context
+
+
+def load_scoring_model(path, auto_class, backend="torch", quantize=None, num_threads=None, trust_remote_code=True):
+    """``(model, folder)`` for a ranker: the torch model (``auto_class``) or an ONNX Runtime session standing in for it
+    (``backend="onnx"``, :class:`~as2hub.inference.onnx_runtime.OnnxRankerModel`; a Hub id resolves to its download).
+    The backend names are those of :mod:`as2hub.inference.backends`; ``.backend`` is the one that runs (with
+    ``"auto"``, the one it picked). Returns a :class:`~as2hub.inference.backends.LoadedModel`."""
+    check_model_path(path)  # a wrong path: one clear error (modeling/folders.py), not transformers' traceback
+    name, quantize = normalize(backend, quantize)
+    if name == "auto":
+        return _load_auto(path, auto_class, quantize, num_threads, trust_remote_code)
+    check_runnable(name)
+    loaded = _load(name, path, auto_class, quantize, num_threads, trust_remote_code)
+    if name == "torch-bf16" and not backends.cpu_features().bf16_hardware:
+        logger.warning(
+            "backend 'torch-bf16' on %s: no bf16 hardware (avx512_bf16 / amx_bf16), so bf16 matmuls are emulated "
+            "and slower than fp32; backend='auto' picks the fastest backend for this CPU",
+            backends.cpu_features().model,
+        )
+    return loaded
+
+
+def _load(name, path, auto_class, quantize, num_threads, trust_remote_code):
+    engine = BACKENDS[name][0]
+    if engine == "onnx":
+        from .onnx_runtime import OnnxRankerModel
+
+        model = OnnxRankerModel.from_pretrained(
+            path, quantize=quantize, num_threads=num_threads, trust_remote_code=trust_remote_code
+        )
+        return LoadedModel(model, model.graph_path.parent.parent, {None: "onnx", "int8": "onnx-int8"}[quantize])
+    if quantize is not None or num_threads is not None:
+        raise ValueError(
+            "quantize and num_threads are options of backend='onnx'; "
+            "for torch use torch.set_num_threads (and torch.ao.quantization)"
+        )
+    model = auto_class.from_pretrained(path, trust_remote_code=trust_remote_code)
+    dtype = torch_dtype(name)
+    if engine == "cuda":
+        model = model.to(device="cuda", dtype=dtype)
+    elif dtype != torch.float32:
+        model = model.to(dtype=dtype)
+    return LoadedModel(model, path, name)
+
+
+def _load_auto(path, auto_class, quantize, num_threads, trust_remote_code):
+    """The first backend of :func:`~as2hub.inference.backends.auto_order` that loads; one log line says which and why."""
+    if quantize is not None:
+        raise ValueError("backend='auto' chooses the precision itself: pass quantize with backend='onnx'")
+    cpu = backends.cpu_features()
+    skipped = []
+    for name in backends.auto_order(cpu):
+        try:
+            check_runnable(name, cpu)
+            engine = BACKENDS[name][0]
+            threads = num_threads if engine == "onnx" else None
+            loaded = _load(name, path, auto_class, BACKENDS[name][1] if engine == "onnx" else None,
+                           threads, trust_remote_code)  # fmt: skip
+        except backends.not_available_here() as error:  # only "cannot run here"; anything else is raised
+            if name == "torch":
+                raise
+            skipped.append(f"{name}: {_first_line(error)}")
+            continue
+        if engine == "torch" and num_threads is not None:
+            torch.set_num_threads(num_threads)
+        if skipped:
+            logger.warning(
+                "backend='auto' picked %r on %s: skipped %s", name, backends.describe_machine(cpu), "; ".join(skipped)
+            )
+        else:
+            logger.info(
+                "backend='auto' picked %r on %s (the first choice for this machine)",
+                name,
+                backends.describe_machine(cpu),
+            )
+        return loaded
+    raise AssertionError("unreachable: 'torch' is the last choice of auto_order")
+
+
+def _first_line(error: Exception) -> str:
+    return str(error).splitlines()[0] if str(error) else type(error).__name__
+
+
+# Pairs per forward pass when the caller does not say: on the CPU, batches of 16 length-sorted pairs scored MiniLM-L6
+# 1.05-1.08x faster than batches of 64 with ONNX int8 and 0.98-1.12x with torch fp32, 1 and 2 threads (WikiQA clean
+# test, AMD EPYC AVX2, 2026-11-25, benchmarks/results/ranking_throughput_batch_sweep.json, inference/BACKENDS.md):
+# tighter padding and a smaller working set. A GPU wants larger batches.
+DEFAULT_BATCH_SIZE = {"cpu": 16, "cuda": 64}
+
+
+def default_batch_size(device) -> int:
+    """:data:`DEFAULT_BATCH_SIZE` for a model's device (16 on CPU, 64 on a GPU)."""
+    return DEFAULT_BATCH_SIZE.get(torch.device(device).type, DEFAULT_BATCH_SIZE["cuda"])
+
+
+class Ranker:
+    """A model, its tokenizer and the batching that makes scoring fast.
+
+    ``batch_size`` is the number of pairs per forward pass (after sorting the pairs by length); ``None`` picks
+    :func:`default_batch_size` for the model's device (16 on CPU, 64 on a GPU).
+    """
+
+    def __init__(
+        self, model: ScoringModel, tokenizer, max_length: int = 256, batch_size: int | None = None, backend="torch"
+    ):
+        self.model = model.eval()
+        self.tokenizer = tokenizer
+        self.max_length = max_length
+        if batch_size is not None and batch_size < 1:
+            raise ValueError(f"batch_size must be at least 1 (or None for the device's default), got {batch_size}")
+        self.batch_size = batch_size or default_batch_size(model.device)
+        self.layout = SegmentLayout.from_tokenizer(tokenizer)
+        # torch pads to a multiple of 8; the ONNX backend pads exactly (it sets this attribute to None)
+        self.pad_to_multiple_of = getattr(model, "pad_to_multiple_of", 8)
+        self.contextual = bool(getattr(model.config, "contextual", False))
+        self.backend = backend  # which backend scores (``from_pretrained`` passes the one it loaded)
+        self.layout.check_max_length(max_length, 3 if self.contextual else 2)
+
+    @classmethod
+    def from_pretrained(
+        cls,
+        path: str,
+        trust_remote_code: bool = True,
+        backend: str = "torch",
+        quantize: str | None = None,
+        num_threads: int | None = None,
+        **kwargs,
+    ) -> "Ranker":
+        """Load a saved ranker and the backend that scores with it.
+
+        ``backend``: ``"torch"`` (fp32, the default: the reference scores), ``"auto"`` (the fastest correct backend for
+        this machine; what to use when you do not care, see ``inference/BACKENDS.md``), ``"torch-bf16"``, ``"onnx"``
+        (``quantize="int8"``, or ``"onnx-int8"``), ``"cuda-fp16"``, ``"cuda-bf16"``
+        (:mod:`as2hub.inference.backends`). ``ranker.backend`` says which one runs.
+
+        ``backend="onnx"`` runs ``onnx/model.onnx`` (``quantize="int8"``: ``onnx/model_qint8_dynamic.onnx``) written by
+        ``as2hub-export-onnx PATH [--quantize int8]`` (``pip install "as2hub[onnx]"``), with ``num_threads`` intra-op
+        threads (default: one per physical core); the graph must come from the folder's current weights. The torch
+        backends use ``torch.set_num_threads`` (``backend="auto"`` applies ``num_threads`` to whichever it picks).
+        ``"auto"`` never fails where ``"torch"`` works: what cannot run here (no GPU, no extra, no exported graph, a
+        stale graph) is skipped, and one log line on ``as2hub.backends`` names the pick and why. A named backend that
+        cannot run here raises, saying why and what to install. Other keyword arguments (``max_length``,
+        ``batch_size``: default 16 pairs per forward pass on CPU, 64 on a GPU) go to :class:`Ranker`.
+
+        Example:
+            >>> ranker = Ranker.from_pretrained("path/to/ranker", backend="auto", num_threads=2)  # doctest: +SKIP
+            >>> ranker.backend  # doctest: +SKIP
+            'onnx-int8'
+        """
+        loaded = load_scoring_model(
+            path, AutoModelForSequenceClassification, backend, quantize, num_threads, trust_remote_code
+        )
+        tokenizer = AutoTokenizer.from_pretrained(loaded.folder, trust_remote_code=trust_remote_code)
+        return cls(loaded.model, tokenizer, backend=loaded.backend, **kwargs)
+
+    def _tokens(self, texts: list[str]) -> list[list[int]]:
+        unique = list(dict.fromkeys(texts))
+        ids = self.tokenizer(unique, add_special_tokens=False)["input_ids"] if unique else []
+        lookup = dict(zip(unique, ids))
+        return [lookup[text] for text in texts]
+
+    def _rows(self, questions: list[str], candidates: list[str], contexts: list[str] | None):
+        if len(questions) != len(candidates) or (contexts is not None and len(contexts) != len(candidates)):
+            raise ValueError("questions, candidates and contexts must have the same length")
+        segments = [self._tokens(questions), self._tokens(candidates)]
+        if self.contextual:
+            segments.append(self._tokens(contexts or [""] * len(candidates)))
+        num_types = self.model.config.type_vocab_size
+        return [self.layout.build(list(parts), self.max_length, num_types) for parts in zip(*segments)]
+
+    @torch.inference_mode()
+    def score_pairs(
+        self, questions: list[str], candidates: list[str], contexts: list[str] | None = None
+    ) -> torch.Tensor:
+        """Probability of "correct" for each (question, candidate[, context]), in input order (the full model)."""
+        rows = self._rows(questions, candidates, contexts)
+        order = sorted(range(len(rows)), key=lambda i: len(rows[i][0]))
+        scores = torch.empty(len(rows))
+        device = self.model.device
+        with first_token_last_layer(self.model):  # the head reads the first token: the last layer computes it alone
+            for start in range(0, len(order), self.batch_size):
+                chunk = order[start : start + self.batch_size]
+                batch = pad_batch([rows[i] for i in chunk], self.layout.pad_token_id, self.pad_to_multiple_of)
+                logits = self.model(**{k: v.to(device) for k, v in batch.items()}).logits.float()
+                scores[chunk] = self.model.logits_to_scores(logits).cpu()
+        return scores
+
+    def rank(
+        self,
+        question: str,
+        candidates: list[str],
+        contexts: list[str] | None = None,
+        cascade_drop: float | None = None,
+    ) -> list[RankedCandidate]:
+        """Candidates sorted by score, best first.
+
+        ``cascade_drop`` (a model with cascade heads, :mod:`as2hub.inference.cascade`): at each head the weakest
+        ``cascade_drop`` of the remaining candidates leave; they rank below the survivors, in their head's order, and
+        their ``layer`` says which head scored them. ``None`` (the default) scores every candidate with the full model.
+
+        Example:
+            >>> ranker.rank("who wrote hamlet?", candidates, cascade_drop=0.4)  # doctest: +SKIP
+        """
+        return self.rank_many([question], [candidates], None if contexts is None else [contexts], cascade_drop)[0]
+
+    def rank_many(
+        self,
+        questions: list[str],
+        candidates: list[list[str]],
+        contexts: list[list[str]] | None = None,
+        cascade_drop: float | None = None,
+    ) -> list[list[RankedCandidate]]:
+        """:meth:`rank` for several questions at once (one list of candidates, and of contexts, per question): the
+        pairs of every question share the batches, so many short lists rank as fast as one long one."""
+        if len(candidates) != len(questions) or (contexts is not None and len(contexts) != len(questions)):
+            raise ValueError("questions, candidates and contexts need one entry per question")
+        flat_q = [q for q, cands in zip(questions, candidates) for _ in cands]
+        flat_c = [c for cands in candidates for c in cands]
+        flat_x = None
+        if contexts is not None:
+            for cands, ctx in zip(candidates, contexts):
+                if len(ctx) != len(cands):
+                    raise ValueError("each question needs one context per candidate")
+            flat_x = [x for ctx in contexts for x in ctx]
+        groups = [g for g, cands in enumerate(candidates) for _ in cands]
+        if cascade_drop is None:
+            scores = self.score_pairs(flat_q, flat_c, flat_x).tolist()
+            layers = [self.model.config.num_hidden_layers] * len(scores)
+        else:
+            result = cascade_scores(
+                self.model,
+                self._rows(flat_q, flat_c, flat_x),
+                groups,
+                cascade_drop,
+                self.batch_size,
+                self.layout.pad_token_id,
+                self.pad_to_multiple_of,
+            )
+            scores, layers = result.scores.tolist(), result.layers
+        ranked, offset = [], 0
+        for cands in candidates:
+            indices = list(range(offset, offset + len(cands)))
+            ranked.append(
+                [
+                    RankedCandidate(i - offset, scores[i], flat_c[i], layer=layers[i])
+                    for i in cascade_order(indices, scores, layers)
+                ]
+            )
+            offset += len(cands)
+        return ranked
+
+
+def rank(model, tokenizer, question: str, candidates: list[str], contexts: list[str] | None = None, **kwargs):
+    """One-call ranking: ``rank(model, tokenizer, q, candidates, contexts=None)`` -> sorted :class:`RankedCandidate`."""
+    return Ranker(model, tokenizer, **kwargs).rank(question, candidates, contexts)
