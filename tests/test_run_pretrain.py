@@ -64,7 +64,7 @@ def test_unpadded_defaults_to_on_when_training_on_the_cpu():
     from as2hub.training.pretraining_models import default_unpadded
 
     assert default_unpadded(None, torch.device("cpu")) is True
-    assert default_unpadded(None, "cuda:0") is False  # until a GPU measures it
+    assert default_unpadded(None, "cuda:0") is True  # measured faster on an H200 (benchmarks/gpu/README.md)
     assert default_unpadded(False, "cpu") is False and default_unpadded(True, "cuda") is True
 
 

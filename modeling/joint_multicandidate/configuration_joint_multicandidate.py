@@ -32,8 +32,8 @@ Each backbone keeps its stock config fields and adds:
   B.1); only the ``*ForJointPretraining`` models read them.
 - ``unpadded`` (bool): training forwards run the encoder's dense layers on the filled tokens only, the padding of
   every slot and the empty slots left out (``unpadding.py``); attention keeps the slot layout and its pattern. Same
-  weights, same losses as the padded pass; evaluation, export and scoring keep the padded pass. Off by default;
-  ``run_pretrain.py --objective mspp`` turns it on when it trains on the CPU.
+  weights, same losses as the padded pass; evaluation, export and scoring keep the padded pass. Off by default in
+  the config; ``run_pretrain.py --objective mspp`` turns it on (``--unpadded false`` keeps the padded pass).
 
 ``*_k`` heads have one logit per candidate labelled ``"correct"`` (binary cross-entropy); ``*_1`` heads keep the
 config's ``id2label`` (e.g. ``{0: "SUPPORTS", 1: "REFUTES", 2: "NOT ENOUGH INFO"}``).
