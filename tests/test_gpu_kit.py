@@ -242,7 +242,7 @@ echo "=== fake $AS2HUB_RUN_TAG"
 """
 
 
-def run_lease(tmp_path, status: str, group: str = "ssp") -> list[list[str]]:
+def run_lease(tmp_path, status: str, group: str = "ssp", parallel: str = "2") -> list[list[str]]:
     import subprocess
 
     part = tmp_path / "part.sh"
@@ -255,6 +255,7 @@ def run_lease(tmp_path, status: str, group: str = "ssp") -> list[list[str]]:
         "PRETRAIN_STATUS": status,
         "AS2HUB_LEASE_PART": str(part),
         "AS2HUB_LEASE_SECONDS": "500",
+        "AS2HUB_LEASE_PARALLEL": parallel,
     }
     done = subprocess.run(
         ["bash", str(ROOT / "benchmarks" / "gpu" / "gpu_learn_lease.sh"), group],
@@ -277,7 +278,7 @@ def test_the_lease_fine_tunes_the_other_seeds_from_the_finished_pre_training(tmp
     for system in ("pairwise_ssp", "pairwise_mlm"):
         assert f"--systems {system} --seed_list 42 " in calls[system][1] + " "
         assert "--state_from" not in calls[system][1]
-        for tag, seeds in (("a", "43,44"), ("b", "45,46")):
+        for tag, seeds in (("a", "43,45"), ("b", "44,46")):
             flags = calls[f"{system}_{tag}"][1]
             assert f"--systems {system} --seed_list {seeds} " in flags
             assert flags.endswith(f"--state_from {tmp_path}/out/reproduce_as2_pretraining_gpu_learn_{system}.json")
@@ -292,5 +293,19 @@ def test_the_lease_starts_no_fine_tuning_without_its_pre_training(tmp_path):
 def test_the_mspp_group_runs_each_cascade_with_its_pre_training(tmp_path):
     calls = {tag: flags for tag, table, flags, _ in run_lease(tmp_path, "done", "mspp")}
     assert "--systems mspp,cascade --seed_list 42 " in calls["mspp"] + " "
-    assert "--systems mspp_own_slot,cascade_mspp_own_slot --seed_list 43,44 " in calls["mspp_own_slot_a"]
+    assert "--systems mspp_own_slot,cascade_mspp_own_slot --seed_list 43,45 " in calls["mspp_own_slot_a"]
     assert "--systems joint_all,joint_own_slot --seed_list 42,43,44,45,46" in calls["base"]
+
+
+def test_the_lease_runs_each_later_seed_in_its_own_invocation_when_asked(tmp_path):
+    calls = {tag: flags for tag, table, flags, _ in run_lease(tmp_path, "done", "dslc", parallel="4")}
+    assert sorted(calls) == sorted(
+        ["base"]
+        + [
+            f"{s}{t}"
+            for s in ("contextual_dslc", "contextual_dpc", "contextual_mlm")
+            for t in ("", "_a", "_b", "_c", "_d")
+        ]
+    )
+    for tag, seed in (("a", 43), ("b", 44), ("c", 45), ("d", 46)):
+        assert f"--systems contextual_dpc --seed_list {seed} " in calls[f"contextual_dpc_{tag}"]

@@ -3,14 +3,15 @@
 # by side, then each one's 5 pre-registered fine-tuning seeds, 3 at a time, beside the group's baseline seeds.
 #
 #   bash benchmarks/gpu/gpu_learn_lease.sh ssp     # 001: pairwise_ssp, its MLM-only control pairwise_mlm, pairwise
-#   bash benchmarks/gpu/gpu_learn_lease.sh dslc    # 000: contextual_dslc, contextual_dpc, contextual_mlm, contextual
+#   AS2HUB_LEASE_PARALLEL=4 bash benchmarks/gpu/gpu_learn_lease.sh dslc   # 000: contextual_dslc, contextual_dpc,
+#                                                  # contextual_mlm, contextual
 #   bash benchmarks/gpu/gpu_learn_lease.sh mspp    # 004: mspp and mspp_own_slot with their cascades, the MLM-only
 #                                                  # control joint_mlm, joint_all and joint_own_slot
 #
 # A pre-trained folder cannot come back through $OUT, so a group's pre-training and its fine-tunings share one lease.
 # Each pre-trained system first runs alone with seed 42 (the pre-training, then one fine-tuning); when its results JSON
-# records the pre-training done, two more invocations, each with its own output root, read it (--state_from) and
-# fine-tune seeds 43-44 and 45-46 from the same folder. Every invocation stops before the lease's deadline
+# records the pre-training done, more invocations (AS2HUB_LEASE_PARALLEL, default 2), each with its own output root,
+# read it (--state_from) and fine-tune the other seeds from the same folder. Every invocation stops before the lease's deadline
 # (AS2HUB_LEASE_SECONDS, default 560 s from the start) and keeps what finished: call the same command again on the
 # still-warm machine and each one continues from its output root's state.json.
 #
@@ -39,6 +40,9 @@ DEADLINE=$((START + ${AS2HUB_LEASE_SECONDS:-560}))
 PART=${AS2HUB_LEASE_PART:-benchmarks/gpu/run_gpu_session.sh}  # another part runner: a dry run of this script
 LOGS=$(mktemp -d /tmp/lease_$GROUP.XXXX)
 SEEDS=${AS2HUB_LEASE_SEEDS:-42,43,44,45,46}
+# Invocations for the seeds after the first, side by side (2: 43,45 and 44,46; the contextual groups, whose
+# fine-tunings take ~3x a pairwise one, fit one call better with 4).
+PARALLEL=${AS2HUB_LEASE_PARALLEL:-2}
 mkdir -p "$OUT" "$LOGS"
 
 left() { echo $((DEADLINE - $(date +%s))); }
@@ -64,11 +68,17 @@ state = json.load(open(sys.argv[1]))
 sys.exit(0 if all(r.get("status") == "done" for r in state.get("pretraining", {}).values()) else 1)
 EOF
   [ "$(left)" -gt 120 ] || { echo "$system: no time left for seeds $rest; call again" >> "$LOGS/$system.txt"; return; }
-  local a b
-  a=$(echo "$rest" | cut -d, -f1-2)
-  b=$(echo "$rest" | cut -d, -f3-)
-  invoke "${system}_a" "$systems" "$a" --state_from "$state" &
-  [ -n "$b" ] && invoke "${system}_b" "$systems" "$b" --state_from "$state" &
+  # The other seeds in PARALLEL invocations (round robin), tagged a, b, c, ...
+  local -a parts=()
+  local i=0 seed
+  for seed in ${rest//,/ }; do
+    parts[i % PARALLEL]="${parts[i % PARALLEL]:+${parts[i % PARALLEL]},}$seed"
+    i=$((i + 1))
+  done
+  local letters=abcdefgh
+  for i in "${!parts[@]}"; do
+    invoke "${system}_${letters:i:1}" "$systems" "${parts[i]}" --state_from "$state" &
+  done
   wait
 }
 
