@@ -24,6 +24,7 @@ import torch
 import transformers
 from transformers import TrainingArguments
 
+from as2hub.modeling.folders import DEFAULT_MAX_LENGTH  # noqa: F401  (re-exported: run_as2.py reads it here)
 from as2hub.modeling.lora import add_lora
 from as2hub.modeling.registry import CONTEXTUAL_AS2
 from as2hub.training.checks import (  # noqa: F401  (the commands' argument checks, re-exported where they import them)
@@ -281,7 +282,6 @@ class LoraArguments:
         return add_lora(model, r=self.lora_r, alpha=self.lora_alpha, dropout=self.lora_dropout, target_modules=targets)
 
 
-DEFAULT_MAX_LENGTH = 256
 PAPER_WARMUP_STEPS = 1000
 SHORT_RUN_WARMUP_RATIO = 0.1
 

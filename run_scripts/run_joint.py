@@ -118,7 +118,10 @@ class JointDataArguments:
         default=None,
         metadata={"help": "top_k: a saved as2hub ranker (a run_as2.py output folder) that scores every candidate."},
     )
-    pairwise_max_length: int = 256
+    pairwise_max_length: int | None = field(
+        default=None,
+        metadata={"help": "top_k: tokens per pair for --pairwise_model (default: its trained max length)."},
+    )
     pairwise_batch_size: int = 64
     fv_labels: str = field(
         default=",".join(FEVER_LABELS), metadata={"help": "FV label names, comma-separated, in label-index order."}
