@@ -43,10 +43,10 @@ from as2hub.run_scripts.arguments import run_cli
 from as2hub.serving.batch_scoring import ENGINES, MANIFEST, SUCCESS, score_files
 from as2hub.serving.options import ScoreConfig, add_flags
 
-__all__ = ["MANIFEST", "SUCCESS", "ArgumentError", "cli", "main", "parse_args", "score_files"]
+__all__ = ["MANIFEST", "SUCCESS", "ArgumentError", "build_parser", "cli", "main", "parse_args", "score_files"]
 
 
-def parse_args(argv=None):
+def build_parser() -> argparse.ArgumentParser:
     """The flags: the ranker's and the input's options are :class:`ScoreConfig`'s fields (``serving/options.py``:
     their defaults, help and choices, ``--backend`` among ``BACKEND_CHOICES``); the rest say where and how to run."""
     parser = argparse.ArgumentParser(prog="as2hub-score", description=__doc__.split("\n\n")[0])
@@ -65,7 +65,11 @@ def parse_args(argv=None):
         help="rescore from scratch in an output_dir of another run (other inputs, settings, weights or backend)",
     )
     parser.add_argument("--address", default=None, help="a running Ray cluster (auto, or HOST:6379)")
-    return parser.parse_args(argv)
+    return parser
+
+
+def parse_args(argv=None):
+    return build_parser().parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> dict:

@@ -73,6 +73,7 @@ __all__ = [
     "RerankScorer",
     "ServeConfig",
     "build_app",
+    "build_parser",
     "check_folders",
     "cli",
     "config_from_args",
@@ -83,7 +84,7 @@ __all__ = [
 ]
 
 
-def parse_args(argv=None):
+def build_parser() -> argparse.ArgumentParser:
     """The flags: the ranker's and the service's options are :class:`ServeConfig`'s fields (``serving/options.py``:
     their defaults, help and choices, ``--backend`` among ``BACKEND_CHOICES``); the rest say where to run."""
     parser = argparse.ArgumentParser(prog="as2hub-serve", description=__doc__.split("\n\n")[0])
@@ -95,7 +96,11 @@ def parse_args(argv=None):
     parser.add_argument(
         "--address", default=None, help="a running Ray cluster (auto, or HOST:6379); default: a local one"
     )
-    args = parser.parse_args(argv)
+    return parser
+
+
+def parse_args(argv=None):
+    args = build_parser().parse_args(argv)
     for name in ("replicas", "port"):
         if getattr(args, name) < 1:
             raise ArgumentError(f"--{name} must be at least 1, got {getattr(args, name)}")
