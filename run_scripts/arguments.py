@@ -105,9 +105,9 @@ EXIT_USER_ERROR = 2
 def user_errors() -> tuple[type[BaseException], ...]:
     """The exception types that mean "the input or the arguments are wrong" (not a bug): the scripts' :func:`run_cli`
     prints them as one line. Subclasses (``EmptyCorpusError``, ``FactVerificationDataError``, ...) are included."""
-    from as2hub.data_collators.as2_data import AS2DataError
-    from as2hub.data_collators.corpus import CorpusError
-    from as2hub.data_collators.hotpotqa import HotpotQAError
+    from as2hub.data_collators.readers.as2_data import AS2DataError
+    from as2hub.data_collators.readers.corpus import CorpusError
+    from as2hub.data_collators.readers.hotpotqa import HotpotQAError
     from as2hub.hub_cards.run_record import PublishError
     from as2hub.inference.onnx_runtime import StaleOnnxExportError
     from as2hub.modeling.folders import NotAnAS2hubRankerError

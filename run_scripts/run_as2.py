@@ -30,8 +30,8 @@ from transformers import (
 )
 
 from as2hub.data_collators import ContextualAS2Collator, tokenize_as2
-from as2hub.data_collators.as2_splits import load_splits
-from as2hub.data_collators.tokenizer_training import embedded_tokenizer
+from as2hub.data_collators.collators.tokenizer_training import embedded_tokenizer
+from as2hub.data_collators.readers.as2_splits import load_splits
 from as2hub.hub_cards.push import HubArguments, HubPush
 from as2hub.hub_cards.run_outputs import save_hub_folder, write_ranked_predictions
 from as2hub.metrics import make_compute_metrics

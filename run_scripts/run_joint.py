@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from transformers import EarlyStoppingCallback, HfArgumentParser, Trainer, set_seed
 
 from as2hub.data_collators import FEVER_LABELS, GROUPINGS, JointCollator
-from as2hub.data_collators.as2_splits import load_splits
+from as2hub.data_collators.readers.as2_splits import load_splits
 from as2hub.hub_cards.push import HubArguments, HubPush
 from as2hub.hub_cards.run_outputs import save_hub_folder, write_joint_predictions
 from as2hub.hub_cards.run_record import REFERENCE_PAIRS

@@ -14,7 +14,7 @@ commands (run_scripts/) parse and check their flags and call it, their ``main()`
 - :mod:`.qe_finetuning`: ``run_qe_contrastive.py``'s model building, encoded splits and HotpotQA metrics.
 
 What a run writes (predictions, the Hub folder) is ``hub_cards/run_outputs.py``. The stream bookkeeping
-(``data_collators/stream_resume.py``), checkpoint loading (``modeling/loading.py``) and LoRA (``modeling/lora.py``,
+(``data_collators/objectives/stream_resume.py``), checkpoint loading (``modeling/loading.py``) and LoRA (``modeling/lora.py``,
 ``--use_lora``: ``run_scripts/arguments.py``'s ``LoraArguments``) stay where they are (their import paths are public).
 """
 
