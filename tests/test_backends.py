@@ -37,12 +37,13 @@ needs_cuda = pytest.mark.skipif(
 # (tests/data; they were trained per run until 2026-11-28, and the WordPiece trainer gave another vocabulary, hence
 # other models, in each run: bf16 once reached 0.0246 on an ELECTRA pairwise draw on the AMX Xeon, 2026-11-27).
 # bf16 on the fixed models (BF16_SPREAD below), measured 2026-11-28 on the AMD EPYC (AVX2): 0.0041-0.0111 (the
-# ELECTRA contextual model the most). 0.025 allows 2.25x that for the CPUs with bf16 hardware (their products are
-# rounded the same way, their sums in another order), and is a fifth of the smallest required spread (0.125): a
-# constant score is off by at least 0.0625 on some pair, an unconverted model fails `not torch.equal`.
+# ELECTRA contextual model the most); the AMX Xeon has reached 0.0246 on an earlier test model. 0.04 allows 3.6x the
+# AVX2 figure and 1.6x the AMX one for the CPUs with bf16 hardware (their products are rounded the same way, their
+# sums in another order), and stays below half the smallest required spread (0.125): a constant score is off by at
+# least 0.0625 on some pair, an unconverted model fails `not torch.equal`.
 # int8: test_onnx_backend.INT8_TOLERANCE (7-bit weights, the same integers on every CPU kind), its models spreading
 # 3x it. int8's real guard is the WikiQA MAP of a fine-tuned MiniLM (inference/BACKENDS.md).
-TOLERANCE = {"torch-bf16": 0.025, "onnx-int8": INT8_TOLERANCE, "cuda-fp16": 0.01, "cuda-bf16": 0.02}
+TOLERANCE = {"torch-bf16": 0.04, "onnx-int8": INT8_TOLERANCE, "cuda-fp16": 0.01, "cuda-bf16": 0.02}
 BF16_MIN_SPREAD = 0.125
 # (backbone, contextual) -> max - min of the fp32 scores of the bf16 test's model (std 0.3, the first seed from 3 whose
 # scores spread over BF16_MIN_SPREAD), on the fixed tokenizers: facts of the fp32 model, the same on every CPU to 1e-5.
