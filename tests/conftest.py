@@ -9,7 +9,7 @@ from helpers import BACKBONES, TEST_THREADS, TINY
 from tokenizers import Tokenizer
 from transformers import PreTrainedTokenizerFast
 
-from as2hub.data_collators.tokenizer_training import BERT_SPECIALS, ROBERTA_SPECIALS
+from as2hub.data_collators.collators.tokenizer_training import BERT_SPECIALS, ROBERTA_SPECIALS
 
 # The test tokenizers, written once by ``train_tokenizer(list(pydoc_data.topics.topics.values())[:40], style,
 # vocab_size=600)`` (tokenizers 0.23.3) and frozen here. Not trained per run: the WordPiece trainer breaks ties in a
