@@ -64,7 +64,7 @@ def build_model(folder: Path) -> Path:
 
 
 def wikiqa_rows() -> list[dict]:
-    from as2hub.data_collators.as2_data import read_wikiqa
+    from as2hub.data_collators.readers.as2_data import read_wikiqa
 
     rows = []
     for split in ("test", "dev", "train"):

@@ -82,7 +82,7 @@ def parse_args(argv=None):
 
 def questions_of(max_questions):
     """[(question_id, question, [candidates], [labels])] of the clean WikiQA test set, in file order."""
-    from as2hub.data_collators.as2_data import read_wikiqa
+    from as2hub.data_collators.readers.as2_data import read_wikiqa
 
     test = read_wikiqa("test", clean=True).dataset
     grouped: dict = {}

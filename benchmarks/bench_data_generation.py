@@ -34,12 +34,12 @@ from pathlib import Path  # noqa: E402
 import datasets  # noqa: E402
 from tokenizers import ByteLevelBPETokenizer, Tokenizer  # noqa: E402
 
-from as2hub.data_collators.corpus import default_corpus, load_documents  # noqa: E402
-from as2hub.data_collators.pretraining_data import (  # noqa: E402
+from as2hub.data_collators.objectives.pretraining_examples import (  # noqa: E402
     StructurePretrainingIterableDataset,
     generate_pretraining_dataset,
 )
-from as2hub.data_collators.structure_objectives import is_triplet_objective  # noqa: E402
+from as2hub.data_collators.objectives.structure_objectives import is_triplet_objective  # noqa: E402
+from as2hub.data_collators.readers.corpus import default_corpus, load_documents  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results" / "data_generation.json"
 DEFAULT_OBJECTIVES = ("ssp", "sp", "psd", "sdc", "dpc", "dslc", "all", "all_pairs", "mlm")

@@ -375,7 +375,7 @@ def run_length(pair: str, seq: int, models: dict, initial: dict, tokenizer, exam
 def data_throughput(style: str, tokenizer, docs, seq: int, needed_per_s: float, args) -> dict:
     """Examples/s produced by run_pretrain's streaming pipeline with N dataloader workers, vs the training loop's need."""
     from as2hub.data_collators import PretrainingCollator, StructurePretrainingIterableDataset
-    from as2hub.data_collators.stream_resume import PositionTrackingCollator
+    from as2hub.data_collators.objectives.stream_resume import PositionTrackingCollator
 
     batch_size = 32 if not args.tiny else 4
     out = {"needed_examples_per_s": needed_per_s, "batch_size": batch_size, "workers": {}}

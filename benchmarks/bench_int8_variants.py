@@ -105,7 +105,7 @@ def calibration_batches(folder: Path, count: int, batch_size: int = 32) -> list[
     """``count`` random WikiQA train pairs laid out as the Ranker lays them out (numpy inputs of the graph)."""
     from transformers import AutoConfig, AutoTokenizer
 
-    from as2hub.data_collators.as2_data import read_wikiqa
+    from as2hub.data_collators.readers.as2_data import read_wikiqa
     from as2hub.modeling.segment_layout import SegmentLayout, pad_batch
 
     tokenizer = AutoTokenizer.from_pretrained(folder)
@@ -279,7 +279,7 @@ def main(argv=None) -> dict:
     logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
     from transformers import AutoConfig, AutoTokenizer
 
-    from as2hub.data_collators.as2_data import read_wikiqa
+    from as2hub.data_collators.readers.as2_data import read_wikiqa
     from as2hub.inference.onnx_runtime import OnnxRankerModel
     from as2hub.inference.ranking import Ranker
     from as2hub.metrics import compute_as2_metrics

@@ -118,7 +118,7 @@ def converted_model(args, **config):
     from transformers import AutoTokenizer
 
     from as2hub.data_collators import add_marker_tokens
-    from as2hub.data_collators.qe_tasks import default_question_types
+    from as2hub.data_collators.readers.qe_tasks import default_question_types
     from as2hub.modeling import LongformerWithQEContrastive
 
     types, key = default_question_types("wikiqa_distractor")
@@ -197,8 +197,8 @@ def run_system(args, name: str, weight: float) -> tuple[dict, dict]:
     started, start = now_iso(), time.perf_counter()
     results = run_qe_contrastive.main(argv)
     wall = time.perf_counter() - start
-    from as2hub.data_collators.hotpotqa import to_official_gold
-    from as2hub.data_collators.qe_tasks import wikiqa_distractor
+    from as2hub.data_collators.readers.hotpotqa import to_official_gold
+    from as2hub.data_collators.readers.qe_tasks import wikiqa_distractor
 
     gold = {g["_id"]: g["supporting_facts"] for g in to_official_gold(wikiqa_distractor("test").dataset)}
     per_q = per_question(output_dir, gold, weight)

@@ -142,8 +142,8 @@ def bookkeeping_microbench(batch: int, batches: int, repeats: int) -> dict:
     import torch
 
     from as2hub.data_collators import PretrainingCollator, StructurePretrainingIterableDataset
-    from as2hub.data_collators.stream_resume import PositionTrackingCollator, StreamStateMixin
-    from as2hub.data_collators.tokenizer_training import train_corpus_tokenizer
+    from as2hub.data_collators.collators.tokenizer_training import train_corpus_tokenizer
+    from as2hub.data_collators.objectives.stream_resume import PositionTrackingCollator, StreamStateMixin
     from as2hub.modeling import SSP_MODELS
     from as2hub.run_scripts import run_pretrain
     from as2hub.run_scripts.arguments import TINY_ROBERTA

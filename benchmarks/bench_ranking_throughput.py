@@ -304,7 +304,7 @@ def main(argv=None) -> dict:
     logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
     from transformers import AutoTokenizer
 
-    from as2hub.data_collators.as2_data import read_wikiqa
+    from as2hub.data_collators.readers.as2_data import read_wikiqa
     from as2hub.inference.ranking import context_text_pair
     from as2hub.metrics import compute_as2_metrics
 

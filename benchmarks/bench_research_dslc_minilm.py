@@ -90,7 +90,7 @@ def finetune_args(args):
 
 def _wikiqa_documents(split: str) -> dict[str, dict[int, str]]:
     """DocumentID -> {sentence index: sentence} from the raw WikiQA file (no labels, no questions kept)."""
-    from as2hub.data_collators.as2_data import resolve_wikiqa
+    from as2hub.data_collators.readers.as2_data import resolve_wikiqa
 
     path = resolve_wikiqa(split, None)
     documents: dict[str, dict[int, str]] = defaultdict(dict)

@@ -67,7 +67,7 @@ def build_model(folder: Path, backend: str) -> Path:
 
 
 def wikiqa_questions(limit):
-    from as2hub.data_collators.as2_data import read_wikiqa
+    from as2hub.data_collators.readers.as2_data import read_wikiqa
 
     data = read_wikiqa("test", clean=True).dataset
     grouped: dict[str, tuple[str, list[str]]] = {}

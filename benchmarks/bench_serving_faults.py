@@ -81,7 +81,7 @@ def parse_args(argv=None):
 
 def test_questions() -> list[dict]:
     """The embedded AS2 task's clean test questions: question, candidates, contexts (at most 16 candidates)."""
-    from as2hub.data_collators.as2_splits import embedded_as2_split
+    from as2hub.data_collators.readers.as2_splits import embedded_as2_split
 
     grouped: dict[str, dict] = {}
     for row in embedded_as2_split("test", clean=True).dataset:

@@ -248,7 +248,7 @@ def run_peer(args, model_path: str, output_dir: Path, patience: int) -> tuple[di
         set_seed,
     )
 
-    from as2hub.data_collators.as2_data import read_wikiqa
+    from as2hub.data_collators.readers.as2_data import read_wikiqa
     from as2hub.metrics import compute_as2_metrics
 
     started = now_iso()
@@ -362,7 +362,7 @@ def run_peer(args, model_path: str, output_dir: Path, patience: int) -> tuple[di
 def main(argv=None) -> dict:
     args = parse_args(argv)
     logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
-    from as2hub.data_collators.as2_data import read_wikiqa
+    from as2hub.data_collators.readers.as2_data import read_wikiqa
     from as2hub.run_scripts.run_as2 import DataArguments
 
     model_path = args.model or minilm_path()

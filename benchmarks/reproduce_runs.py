@@ -382,11 +382,11 @@ def _corpus_documents(source: str, cfg, folder: Path, info: dict):
                 record = json.loads(line)
                 yield f"wikiqa:{record['id']}", record["text"]
     elif source == "embedded":
-        from as2hub.data_collators.corpus import default_corpus
+        from as2hub.data_collators.readers.corpus import default_corpus
 
         yield from default_corpus().items()
     else:
-        from as2hub.data_collators.corpus import iter_raw_documents
+        from as2hub.data_collators.readers.corpus import iter_raw_documents
 
         yield from iter_raw_documents(source)
 
@@ -649,12 +649,10 @@ def run_as2_like(
 
 
 def qe_gold(cfg) -> dict:
-    from as2hub.data_collators.hotpotqa import to_official_gold
-    from as2hub.data_collators.qe_tasks import wikiqa_distractor
+    from as2hub.data_collators.readers.hotpotqa import to_official_gold
+    from as2hub.data_collators.readers.qe_tasks import wikiqa_distractor
 
-    embedded_distractor = as2hub_attr(
-        "embedded_distractor", "as2hub.data_collators.qe_tasks", "as2hub.data_collators.qe_tasks"
-    )
+    embedded_distractor = as2hub_attr("embedded_distractor", "as2hub.data_collators.readers.qe_tasks")
 
     if cfg.qe_dataset == "wikiqa_distractor":
         data = wikiqa_distractor("test", cfg.num_distractors, seed=0)

@@ -5,7 +5,7 @@ model's settings (slot layout, head, λ, τ, question types) from the run record
 
 from pathlib import Path
 
-from as2hub.data_collators.structure_objectives import resolve_objective
+from as2hub.data_collators.objectives.structure_objectives import resolve_objective
 
 from .cards import CardContext, DatasetRef, Family, Metric, register_family
 
@@ -719,7 +719,7 @@ out.start_logits, out.end_logits, out.answer_type_logits  # the answer span and 
 out.sentence_logits, out.sentence_similarity  # supporting-sentence logits and question-sentence similarity
 ```
 
-With as2hub installed, `HotpotQAEncoder` / `HotpotQACollator` (`as2hub.data_collators.hotpotqa`) build such inputs
+With as2hub installed, `HotpotQAEncoder` / `HotpotQACollator` (`as2hub.data_collators`) build such inputs
 from HotpotQA-format records, and `run_qe_contrastive.py` fine-tunes it further:
 
 ```bash

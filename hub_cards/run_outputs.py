@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
-from as2hub.data_collators.joint_data import questions_in_order
+from as2hub.data_collators.readers.joint_data import questions_in_order
 from as2hub.modeling.files import staged_folder, write_json_atomic, write_text_atomic
 from as2hub.modeling.scores import probability_of_correct
 from as2hub.training.joint_finetuning import cascade_stages, row_scores

@@ -42,15 +42,28 @@ class CascadeResult:
     stages: list[int]
 
 
-def cascade_layers(model) -> list[int]:
-    """The layers after which ``model`` has a cascade head (empty when it has none)."""
-    return list(getattr(model.config, "cascade_layers", None) or [])
+def cascade_layers(model_or_config) -> list[int]:
+    """The layers after which a model (or its config: a folder's, read before loading) has a cascade head (empty when
+    it has none). The one place that asks whether a model has cascade heads."""
+    config = getattr(model_or_config, "config", model_or_config)
+    return list(getattr(config, "cascade_layers", None) or [])
+
+
+def check_drop(drop: float) -> None:
+    """Raise ``ValueError`` unless ``drop`` is a fraction in [0, 1): the one check of ``cascade_drop``'s range (the
+    ranker's, the service's ``--cascade_drop`` and a request's ``cascade_drop``)."""
+    if not 0.0 <= drop < 1.0:
+        raise ValueError(f"cascade_drop is the fraction of candidates dropped at each head, in [0, 1); got {drop}")
 
 
 def check_cascade(model, drop: float) -> None:
     """Raise :class:`NoCascadeHeadsError` unless ``model`` can rank with ``drop`` (a fraction in [0, 1))."""
-    if not 0.0 <= drop < 1.0:
-        raise ValueError(f"cascade_drop is the fraction of candidates dropped at each head, in [0, 1); got {drop}")
+    check_drop(drop)
+    check_cascade_heads(model)
+
+
+def check_cascade_heads(model) -> None:
+    """Raise :class:`NoCascadeHeadsError` unless ``model`` has cascade heads and its backend can run the stages."""
     if not cascade_layers(model):
         raise NoCascadeHeadsError(
             "cascade_drop needs a model with cascade heads (config.cascade_layers); train them with "

@@ -31,7 +31,7 @@ from as2hub.inference import backends
 from as2hub.inference.backends import BACKENDS, LoadedModel, ScoringModel, check_runnable, normalize, torch_dtype
 from as2hub.inference.cascade import cascade_order, cascade_scores
 from as2hub.modeling.first_token import first_token_last_layer
-from as2hub.modeling.folders import check_model_path
+from as2hub.modeling.folders import check_model_path, ranking_max_length
 from as2hub.modeling.segment_layout import SegmentLayout, pad_batch
 
 logger = logging.getLogger("as2hub.backends")
@@ -151,15 +151,23 @@ class Ranker:
     """A model, its tokenizer and the batching that makes scoring fast.
 
     ``batch_size`` is the number of pairs per forward pass (after sorting the pairs by length); ``None`` picks
-    :func:`default_batch_size` for the model's device (16 on CPU, 64 on a GPU).
+    :func:`default_batch_size` for the model's device (16 on CPU, 64 on a GPU). ``max_length`` (tokens per input,
+    longer ones truncated): ``None`` takes the one the model was trained with (its config's ``as2hub_max_length``,
+    written by ``run_as2.py``), else ``modeling/folders.py``'s ``DEFAULT_MAX_LENGTH``
+    (:func:`~as2hub.modeling.folders.ranking_max_length`).
     """
 
     def __init__(
-        self, model: ScoringModel, tokenizer, max_length: int = 256, batch_size: int | None = None, backend="torch"
+        self,
+        model: ScoringModel,
+        tokenizer,
+        max_length: int | None = None,
+        batch_size: int | None = None,
+        backend="torch",
     ):
         self.model = model.eval()
         self.tokenizer = tokenizer
-        self.max_length = max_length
+        self.max_length = ranking_max_length(model.config, max_length)
         if batch_size is not None and batch_size < 1:
             raise ValueError(f"batch_size must be at least 1 (or None for the device's default), got {batch_size}")
         self.batch_size = batch_size or default_batch_size(model.device)
@@ -168,7 +176,7 @@ class Ranker:
         self.pad_to_multiple_of = getattr(model, "pad_to_multiple_of", 8)
         self.contextual = bool(getattr(model.config, "contextual", False))
         self.backend = backend  # which backend scores (``from_pretrained`` passes the one it loaded)
-        self.layout.check_max_length(max_length, 3 if self.contextual else 2)
+        self.layout.check_max_length(self.max_length, 3 if self.contextual else 2)
 
     @classmethod
     def from_pretrained(

@@ -13,7 +13,7 @@
   joint score).
 
 One extension for evidence-only data (answer type ``none``, an empty gold answer such as
-:func:`~as2hub.data_collators.hotpotqa.wikiqa_distractor` writes): such examples count for the supporting-fact
+:func:`~as2hub.data_collators.readers.qe_tasks.wikiqa_distractor` writes): such examples count for the supporting-fact
 metrics only; answer and joint metrics are averaged over the examples that have an answer (and left out when none
 has). On the official data every example has an answer, so the numbers are the official ones.
 

@@ -10,8 +10,15 @@ site and returns the very same object::
 
 The shims are listed in ``tests/test_import_layers.py`` (``DEPRECATED_SHIMS``, the only modules allowed to import
 upward) and go, with this module, in :data:`REMOVED_IN` (``tests/test_deprecated_paths.py`` fails from that version on).
+
+``data_collators/``'s modules moved into its groups (``readers/``, ``objectives/``, ``collators/``; issue 50) within
+their own package: their old paths have no file (one of them, ``pretraining_data.py``, would name a second module so),
+but a module object of :func:`moved_module` that ``as2hub.data_collators`` puts in ``sys.modules``
+(``data_collators/deprecated_paths.py``), with the same warning per name.
 """
 
+import importlib
+import importlib.machinery
 import warnings
 from types import ModuleType
 
@@ -45,3 +52,28 @@ def moved_attribute(old_module: str, name: str, *homes: ModuleType, public: Modu
 def moved_dir(*homes: ModuleType) -> list[str]:
     """What ``dir()`` shows for a shim: the public names of its new homes."""
     return sorted({name for home in homes for name in dir(home) if not name.startswith("_")})
+
+
+def moved_module(old_module: str, new_module: str, public: ModuleType | None = None) -> ModuleType:
+    """A module object for the old path of a module that moved whole, without a file at the old path: each of its
+    names resolves, with :func:`moved_attribute`'s warning, to the object of ``new_module`` (imported when first
+    used). The package of ``old_module`` puts it in ``sys.modules`` (and on itself), so that ``import old_module`` and
+    ``from old_module import name`` keep working."""
+    package, _, _ = old_module.rpartition(".")
+    module = ModuleType(
+        old_module,
+        f"Deprecated: moved to {new_module}. Every name still resolves here, to the same object, with a "
+        f"DeprecationWarning naming its new path; this path goes in as2hub {REMOVED_IN}.",
+    )
+    module.__package__ = package
+    module.__spec__ = importlib.machinery.ModuleSpec(old_module, None)
+
+    def __getattr__(name):
+        return moved_attribute(old_module, name, importlib.import_module(new_module), public=public)
+
+    def __dir__():
+        return moved_dir(importlib.import_module(new_module))
+
+    module.__getattr__ = __getattr__
+    module.__dir__ = __dir__
+    return module

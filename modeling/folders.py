@@ -41,6 +41,27 @@ GRAPH_FILES = {None: "model.onnx", "int8": "model_qint8_dynamic.onnx"}
 EXPORT_RECORD = "as2hub_export.json"
 QUANTIZE_CHOICES = tuple(key for key in GRAPH_FILES if key)
 
+# Tokens per ranking input (question, candidate[, context]) when neither the caller nor the folder says: the papers'
+# 256. The one place this number is written: training (run_as2.py's --max_length, the AS2 collator), ranking
+# (Ranker), the service and batch scoring read it from here.
+DEFAULT_MAX_LENGTH = 256
+# The config attribute where a training run records the max length it trained with (run_as2.py sets it before
+# training, so checkpoints and the saved folder carry it); ranking that folder uses it when no max length is given.
+MAX_LENGTH_KEY = "as2hub_max_length"
+
+
+def record_max_length(config, max_length: int) -> None:
+    """Write the max length a model is trained with into its ``config`` (saved with it as ``as2hub_max_length``)."""
+    setattr(config, MAX_LENGTH_KEY, int(max_length))
+
+
+def ranking_max_length(config, max_length: int | None = None) -> int:
+    """The max length to rank with: ``max_length`` when given, else the one the model was trained with (its
+    config's ``as2hub_max_length``), else :data:`DEFAULT_MAX_LENGTH`."""
+    if max_length is not None:
+        return max_length
+    return getattr(config, MAX_LENGTH_KEY, None) or DEFAULT_MAX_LENGTH
+
 
 class NotAnAS2hubRankerError(ValueError):
     """A folder that is not a saved as2hub ranker: its config is not one of as2hub's ranker model types, or (the

@@ -7,7 +7,7 @@ context) and for the (a, b, c) pre-training triplets.
 
 Example:
     >>> layout = SegmentLayout.from_tokenizer(tokenizer)  # doctest: +SKIP
-    >>> ids, types = layout.build([q_ids, s_ids, c_ids], max_length=256)  # doctest: +SKIP
+    >>> ids, types = layout.build([q_ids, s_ids, c_ids], max_length=128)  # doctest: +SKIP
 """
 
 from dataclasses import dataclass

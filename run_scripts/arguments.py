@@ -24,6 +24,7 @@ import torch
 import transformers
 from transformers import TrainingArguments
 
+from as2hub.modeling.folders import DEFAULT_MAX_LENGTH  # noqa: F401  (re-exported: run_as2.py reads it here)
 from as2hub.modeling.lora import add_lora
 from as2hub.modeling.registry import CONTEXTUAL_AS2
 from as2hub.training.checks import (  # noqa: F401  (the commands' argument checks, re-exported where they import them)
@@ -104,9 +105,9 @@ EXIT_USER_ERROR = 2
 def user_errors() -> tuple[type[BaseException], ...]:
     """The exception types that mean "the input or the arguments are wrong" (not a bug): the scripts' :func:`run_cli`
     prints them as one line. Subclasses (``EmptyCorpusError``, ``FactVerificationDataError``, ...) are included."""
-    from as2hub.data_collators.as2_data import AS2DataError
-    from as2hub.data_collators.corpus import CorpusError
-    from as2hub.data_collators.hotpotqa import HotpotQAError
+    from as2hub.data_collators.readers.as2_data import AS2DataError
+    from as2hub.data_collators.readers.corpus import CorpusError
+    from as2hub.data_collators.readers.hotpotqa import HotpotQAError
     from as2hub.hub_cards.run_record import PublishError
     from as2hub.inference.onnx_runtime import StaleOnnxExportError
     from as2hub.modeling.folders import NotAnAS2hubRankerError
@@ -281,7 +282,6 @@ class LoraArguments:
         return add_lora(model, r=self.lora_r, alpha=self.lora_alpha, dropout=self.lora_dropout, target_modules=targets)
 
 
-DEFAULT_MAX_LENGTH = 256
 PAPER_WARMUP_STEPS = 1000
 SHORT_RUN_WARMUP_RATIO = 0.1
 

@@ -17,7 +17,7 @@ import argparse
 import logging
 from pathlib import Path
 
-from as2hub.data_collators.as2_splits import embedded_as2_split
+from as2hub.data_collators.readers.as2_splits import embedded_as2_split
 from as2hub.inference.ranking import Ranker
 from as2hub.metrics import bm25_scores, compute_as2_metrics, expected_random_metrics
 from as2hub.modeling.files import write_json_atomic

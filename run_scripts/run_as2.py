@@ -30,13 +30,14 @@ from transformers import (
 )
 
 from as2hub.data_collators import ContextualAS2Collator, tokenize_as2
-from as2hub.data_collators.as2_splits import load_splits
-from as2hub.data_collators.tokenizer_training import embedded_tokenizer
+from as2hub.data_collators.collators.tokenizer_training import embedded_tokenizer
+from as2hub.data_collators.readers.as2_splits import load_splits
 from as2hub.hub_cards.push import HubArguments, HubPush
 from as2hub.hub_cards.run_outputs import save_hub_folder, write_ranked_predictions
 from as2hub.metrics import make_compute_metrics
 from as2hub.modeling import CONTEXTUAL_MODELS, ContextualRobertaConfig, RobertaForContextualAS2, backbone_of
 from as2hub.modeling.files import write_json_atomic
+from as2hub.modeling.folders import record_max_length
 from as2hub.modeling.loading import load_checkpoint
 from as2hub.run_scripts.arguments import (
     DEFAULT_MAX_LENGTH,
@@ -130,7 +131,10 @@ class DataArguments:
     test_file: str | None = None
     max_length: int | None = field(
         default=None,
-        metadata={"help": "Tokens per (question, candidate, context) input. Default: 256, or the model's positions."},
+        metadata={
+            "help": f"Tokens per (question, candidate, context) input. Default: {DEFAULT_MAX_LENGTH}, or the model's "
+            "positions; saved in the model's config (as2hub_max_length), the default when ranking the folder."
+        },
     )
     clean_eval: bool = field(
         default=True, metadata={"help": "Drop dev/test questions with only correct or only wrong candidates."}
@@ -268,6 +272,7 @@ def main(argv: list[str] | None = None) -> dict:
         model = load_model(model_args, tokenizer, contextual)
     else:
         model, tokenizer = tiny_default(contextual, model_args.cascade_overrides())
+    record_max_length(model.config, data_args.max_length)  # saved with the model: the default when ranking it
     collator = ContextualAS2Collator(
         tokenizer, max_length=data_args.max_length, contextual=contextual, num_token_types=model.config.type_vocab_size
     )

@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from transformers import EarlyStoppingCallback, HfArgumentParser, Trainer, set_seed
 
 from as2hub.data_collators import FEVER_LABELS, GROUPINGS, JointCollator
-from as2hub.data_collators.as2_splits import load_splits
+from as2hub.data_collators.readers.as2_splits import load_splits
 from as2hub.hub_cards.push import HubArguments, HubPush
 from as2hub.hub_cards.run_outputs import save_hub_folder, write_joint_predictions
 from as2hub.hub_cards.run_record import REFERENCE_PAIRS
@@ -118,7 +118,10 @@ class JointDataArguments:
         default=None,
         metadata={"help": "top_k: a saved as2hub ranker (a run_as2.py output folder) that scores every candidate."},
     )
-    pairwise_max_length: int = 256
+    pairwise_max_length: int | None = field(
+        default=None,
+        metadata={"help": "top_k: tokens per pair for --pairwise_model (default: its trained max length)."},
+    )
     pairwise_batch_size: int = 64
     fv_labels: str = field(
         default=",".join(FEVER_LABELS), metadata={"help": "FV label names, comma-separated, in label-index order."}

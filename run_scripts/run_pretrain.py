@@ -31,7 +31,7 @@ corpus with ``streaming=True``. Several processes (run_scripts/README.md, "Scali
         --gradient_accumulation_steps 8 ...          # 64 x 8 x 8 = 4,096 examples per step, the papers' batch
 
 ``--resume_from_checkpoint`` continues a streaming run exactly (``as2hub_stream_state.json`` in each checkpoint, see
-:mod:`as2hub.data_collators.stream_resume`); SIGTERM saves a checkpoint and exits with status 143.
+:mod:`as2hub.data_collators.objectives.stream_resume`); SIGTERM saves a checkpoint and exits with status 143.
 A held-out slice of the documents gives the evaluation set: MLM loss and sentence-level accuracy / AUC.
 ``--push_to_hub --hub_model_id namespace/name`` publishes the result at the end of the run (or later:
 ``as2hub-push OUTPUT_DIR namespace/name``); ``run_as2.py --model_name_or_path namespace/name`` fine-tunes it.
@@ -44,7 +44,7 @@ from dataclasses import dataclass, field
 from transformers import AutoTokenizer, HfArgumentParser, TrainingArguments, set_seed  # noqa: F401
 
 from as2hub.data_collators import OBJECTIVES, Objective, resolve_objective
-from as2hub.data_collators.stream_resume import GracefulStop
+from as2hub.data_collators.objectives.stream_resume import GracefulStop
 from as2hub.hub_cards.push import HubArguments, HubPush
 from as2hub.hub_cards.run_outputs import save_pretraining_folder
 from as2hub.run_scripts.arguments import (

@@ -34,8 +34,8 @@ from dataclasses import dataclass, field
 import transformers
 from transformers import EarlyStoppingCallback, HfArgumentParser, Trainer, TrainingArguments, set_seed
 
-from as2hub.data_collators.hotpotqa_encoding import HotpotQACollator
-from as2hub.data_collators.qe_tasks import load_qe_splits
+from as2hub.data_collators.collators.hotpotqa_encoding import HotpotQACollator
+from as2hub.data_collators.readers.qe_tasks import load_qe_splits
 from as2hub.hub_cards.push import HubArguments, HubPush
 from as2hub.hub_cards.run_outputs import save_hub_folder, write_qe_outputs
 from as2hub.modeling import LongformerQEConfig

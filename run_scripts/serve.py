@@ -31,7 +31,8 @@ scores every text, the joint model re-ranks its top k; each result also carries 
 
 Scores are :class:`~as2hub.inference.ranking.Ranker`'s (``JointRanker``'s) for the same inputs: concurrent requests
 are batched by ``@serve.batch`` (up to ``--max_batch_size`` requests, waiting at most ``--batch_wait_ms``) into ONE
-``Ranker.score_pairs`` call, and a text longer than the model's ``--max_length`` is truncated, as ``Ranker`` does.
+``Ranker.score_pairs`` call, and a text longer than ``--max_length`` (default: the max length the model was trained
+with) is truncated, as ``Ranker`` does.
 Every error the service answers is ``{"error": "<one line>", "error_type": ...}``: malformed JSON, a missing or
 non-string field, a text holding a lone surrogate (``"\\ud800"``: valid JSON, no Unicode text) and an empty ``texts``
 answer 422 (``Validation``, naming the field); more texts than ``--max_texts`` or a request body over
@@ -52,165 +53,54 @@ at the same path; replicas go to any node with free CPUs (``--threads`` CPUs eac
 """
 
 import argparse
-import json
 import logging
-import os
 import signal
 import sys
 import threading
-from dataclasses import asdict
-from pathlib import Path
 
-from as2hub.run_scripts.arguments import ArgumentError, run_cli
-from as2hub.serving.options import (
-    DEFAULT_MAX_ONGOING_REQUESTS,
-    DEFAULT_MAX_QUEUED_REQUESTS,
-    DEFAULT_MAX_REQUEST_BYTES,
-    DEFAULT_MAX_TEXTS,
-    DEFAULT_OVERLOAD_STATUS,
-    DEFAULT_RETRY_AFTER_S,
-    OVERLOAD_STATUSES,
-    ServeConfig,
-)
-from as2hub.serving.scorer import Query, Ranked, RerankScorer, is_joint_folder, raw_score
+from as2hub.modeling.errors import ArgumentError
+from as2hub.run_scripts.arguments import run_cli
+from as2hub.serving.options import ServeConfig, add_flags, from_flags
+from as2hub.serving.scorer import Query, Ranked, RerankScorer, raw_score
+from as2hub.serving.service import build_app, check_folders, replica_error, require_serve, start, stop_serving
 
 logger = logging.getLogger("as2hub.serve")
 
-INSTALL_HINT = 'pip install "as2hub[serve]"  (Ray Serve and FastAPI)'
-APP_NAME = "as2hub"
-__all__ = ["Query", "Ranked", "RerankScorer", "ServeConfig", "build_app", "check_folders", "cli", "main", "raw_score"]
+__all__ = [
+    "ArgumentError",
+    "Query",
+    "Ranked",
+    "RerankScorer",
+    "ServeConfig",
+    "build_app",
+    "build_parser",
+    "check_folders",
+    "cli",
+    "config_from_args",
+    "main",
+    "parse_args",
+    "raw_score",
+    "start",
+]
 
 
-def check_folders(config: ServeConfig) -> None:
-    """Name a wrong folder or a contradictory option before Ray starts (a Hub id is left to the loader)."""
-    from as2hub.modeling.folders import check_ranker_folder
-
-    for path in (config.model, config.pairwise):
-        if path is None:
-            continue
-        if Path(path).exists():
-            check_ranker_folder(path)
-        elif path.startswith(("/", ".", "~")) or path.count("/") != 1:  # not a Hub id (org/name) either
-            raise FileNotFoundError(f"{path}: no such model folder")
-    if config.pairwise is not None:
-        if not is_joint_folder(config.model):
-            raise ArgumentError(f"--pairwise is the first stage of a cascade: {config.model} is not a joint model")
-        if is_joint_folder(config.pairwise):
-            raise ArgumentError(f"--pairwise {config.pairwise} is a joint model: pass a pairwise (run_as2) ranker")
-    for name in (
-        "max_texts",
-        "max_batch_size",
-        "max_length",
-        "batch_size",
-        "max_request_bytes",
-        "max_ongoing_requests",
-    ):
-        if getattr(config, name) is not None and getattr(config, name) < 1:
-            raise ArgumentError(f"--{name} must be at least 1, got {getattr(config, name)}")
-    if config.max_queued_requests < 1 and config.max_queued_requests != -1:
-        raise ArgumentError(
-            f"--max_queued_requests must be at least 1, or -1 (no limit), got {config.max_queued_requests}"
-        )
-    if config.overload_status not in OVERLOAD_STATUSES:
-        raise ArgumentError(f"--overload_status must be 429 or 503, got {config.overload_status}")
-    if not 0 <= config.retry_after_s < float("inf"):
-        raise ArgumentError(f"--retry_after_s must be a number of seconds >= 0, got {config.retry_after_s}")
-    if config.cascade_drop is not None and Path(config.model, "config.json").is_file():
-        if not json.loads(Path(config.model, "config.json").read_text()).get("cascade_layers"):
-            raise ArgumentError(
-                f"--cascade_drop needs a model with cascade heads: {config.model} has none (train them with "
-                "as2hub-train --cascade_layers 2,4, or --cascade_heads_only on this ranker)"
-            )
-
-
-def require_serve():
-    """Import Ray Serve and FastAPI; an :class:`ArgumentError` (one line on the command line) when they are missing."""
-    try:
-        import fastapi  # noqa: F401
-        from ray import serve  # noqa: F401
-    except ImportError as error:
-        raise ArgumentError(f"as2hub-serve needs the `serve` extra: {INSTALL_HINT} ({error})") from error
-
-
-def build_app(config: ServeConfig, replicas: int = 1):
-    """The Serve application for ``serve.run``: ``replicas`` scoring replicas of one ranker, ``config.threads`` CPUs
-    each, behind one ingress (:func:`as2hub.serving.http.application`)."""
-    require_serve()
-    from as2hub.serving.http import application
-
-    threads = config.threads or max(1, (os.cpu_count() or 1) // max(1, replicas))
-    return application(ServeConfig(**{**asdict(config), "threads": threads}), replicas)
-
-
-# --------------------------------------------------------------------------------------------------------------------
-# The command line
-
-
-def parse_args(argv=None):
+def build_parser() -> argparse.ArgumentParser:
+    """The flags: the ranker's and the service's options are :class:`ServeConfig`'s fields (``serving/options.py``:
+    their defaults, help and choices, ``--backend`` among ``BACKEND_CHOICES``); the rest say where to run."""
     parser = argparse.ArgumentParser(prog="as2hub-serve", description=__doc__.split("\n\n")[0])
     parser.add_argument("model", metavar="FOLDER", help="a saved as2hub ranker (run_as2.py or run_joint.py output)")
-    parser.add_argument("--pairwise", default=None, help="joint model only: a pairwise ranker, the cascade's 1st stage")
-    parser.add_argument("--backend", default="torch", help="passed to Ranker.from_pretrained (torch, onnx, ...)")
-    parser.add_argument("--quantize", default=None, help="passed to Ranker.from_pretrained (onnx: int8)")
+    add_flags(parser, ServeConfig)
     parser.add_argument("--replicas", type=int, default=1, help="model replicas (each its own process)")
-    parser.add_argument(
-        "--threads", type=int, default=None, help="CPU threads (and Ray CPUs) per replica; default: cores / replicas"
-    )
     parser.add_argument("--host", default="127.0.0.1", help="0.0.0.0 to listen on every interface")
     parser.add_argument("--port", type=int, default=8000)
-    parser.add_argument("--max_length", type=int, default=256, help="longer inputs are truncated, as Ranker does")
-    parser.add_argument(
-        "--batch_size", type=int, default=None, help="pairs per forward pass (default: 16 on CPU, 64 on a GPU)"
-    )
-    parser.add_argument("--max_texts", type=int, default=DEFAULT_MAX_TEXTS, help="texts per request (413 above)")
-    parser.add_argument("--max_batch_size", type=int, default=32, help="requests batched into one scoring call")
-    parser.add_argument("--batch_wait_ms", type=float, default=5.0, help="how long a batch waits to fill")
-    parser.add_argument(
-        "--max_request_bytes",
-        type=int,
-        default=DEFAULT_MAX_REQUEST_BYTES,
-        help="request bodies above this answer 413 (default: 2,000,000 bytes, as text-embeddings-inference)",
-    )
-    parser.add_argument(
-        "--cascade_drop",
-        type=float,
-        default=None,
-        help="layer cascade: drop this fraction of a request's remaining texts at each cascade head (a model trained "
-        "with --cascade_layers); a request's own cascade_drop wins; default: the full model",
-    )
-    parser.add_argument(
-        "--max_ongoing_requests",
-        type=int,
-        default=DEFAULT_MAX_ONGOING_REQUESTS,
-        help="requests one scoring replica holds at once (batched together); default %(default)s, measured in "
-        "run_scripts/SERVING.md",
-    )
-    parser.add_argument(
-        "--max_queued_requests",
-        type=int,
-        default=DEFAULT_MAX_QUEUED_REQUESTS,
-        help="requests waiting for a free replica; past them --overload_status with Retry-After at once; -1: no limit; "
-        "default %(default)s, measured in run_scripts/SERVING.md",
-    )
-    parser.add_argument(
-        "--overload_status",
-        type=int,
-        default=DEFAULT_OVERLOAD_STATUS,
-        choices=OVERLOAD_STATUSES,
-        help="the answer past the queue (429: text-embeddings-inference's; 503)",
-    )
-    parser.add_argument(
-        "--retry_after_s",
-        type=float,
-        default=DEFAULT_RETRY_AFTER_S,
-        help="the Retry-After of a 429 / 503, rounded up to whole seconds",
-    )
     parser.add_argument(
         "--address", default=None, help="a running Ray cluster (auto, or HOST:6379); default: a local one"
     )
-    args = parser.parse_args(argv)
-    if args.cascade_drop is not None and not 0.0 <= args.cascade_drop < 1.0:
-        raise ArgumentError(f"--cascade_drop is a fraction in [0, 1), got {args.cascade_drop}")
+    return parser
+
+
+def parse_args(argv=None):
+    args = build_parser().parse_args(argv)
     for name in ("replicas", "port"):
         if getattr(args, name) < 1:
             raise ArgumentError(f"--{name} must be at least 1, got {getattr(args, name)}")
@@ -218,45 +108,8 @@ def parse_args(argv=None):
 
 
 def config_from_args(args) -> ServeConfig:
-    return ServeConfig(
-        model=args.model,
-        pairwise=args.pairwise,
-        backend=args.backend,
-        quantize=args.quantize,
-        threads=args.threads,
-        max_length=args.max_length,
-        batch_size=args.batch_size,
-        max_texts=args.max_texts,
-        max_batch_size=args.max_batch_size,
-        batch_wait_ms=args.batch_wait_ms,
-        max_request_bytes=args.max_request_bytes,
-        cascade_drop=args.cascade_drop,
-        max_ongoing_requests=args.max_ongoing_requests,
-        max_queued_requests=args.max_queued_requests,
-        overload_status=args.overload_status,
-        retry_after_s=args.retry_after_s,
-    )
-
-
-def start(
-    config: ServeConfig,
-    replicas: int = 1,
-    host: str = "127.0.0.1",
-    port: int = 8000,
-    address=None,
-    name: str = APP_NAME,
-    route_prefix: str = "/",
-):
-    """Start (or join) Ray, start Serve's HTTP proxy on ``host:port`` and deploy; returns the app's handle once
-    every replica has loaded its model."""
-    require_serve()
-    import ray
-    from ray import serve
-
-    if not ray.is_initialized():
-        ray.init(address=address, include_dashboard=False, log_to_driver=False)
-    serve.start(http_options={"host": host, "port": port})
-    return serve.run(build_app(config, replicas), name=name, route_prefix=route_prefix, blocking=False)
+    """The :class:`ServeConfig` of the parsed flags (its ``__post_init__`` checks every option's range)."""
+    return from_flags(ServeConfig, args)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -282,30 +135,6 @@ def main(argv: list[str] | None = None) -> int:
     print("as2hub-serve: stopping", flush=True)
     stop_serving(args.address)
     return 0
-
-
-def replica_error() -> str | None:
-    """The last line of the failed deployment's message (its replica's exception), or None."""
-    from ray import serve
-
-    try:
-        deployments = serve.status().applications[APP_NAME].deployments
-    except Exception:  # noqa: BLE001 - only a better message is at stake
-        return None
-    lines = [line.strip() for d in deployments.values() for line in (d.message or "").splitlines() if line.strip()]
-    return lines[-1] if lines else None
-
-
-def stop_serving(address) -> None:
-    """A private Ray instance is stopped; on a shared cluster only this application is removed."""
-    import ray
-    from ray import serve
-
-    if address is None:
-        serve.shutdown()
-        ray.shutdown()
-    else:
-        serve.delete(APP_NAME)
 
 
 def cli(argv: list[str] | None = None) -> int:

@@ -12,8 +12,9 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from as2hub.modeling.errors import ArgumentError
+from as2hub.modeling.files import write_json_atomic
 from as2hub.serving.options import ScoreConfig
-from as2hub.training.checks import ArgumentError
 
 logger = logging.getLogger("as2hub.score")
 
@@ -373,3 +374,134 @@ def run_datasets(pending: list[Shard], config: ScoreConfig, output_dir: Path, wo
     finally:
         _WORKER_RANKER.clear()
     logger.info("scored %d shards, %d rows", len(done), sum(done["rows"]))
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# The run (as2hub-score): plan, compare with what is there, score what is missing
+
+MANIFEST = "_as2hub_score.json"
+SUCCESS = "_SUCCESS"
+ENGINES = ("auto", "ray", "datasets")  # auto: Ray Data when it is installed, else datasets
+
+
+def prepare_output(output_dir: Path, record: dict, overwrite: bool) -> None:
+    output_dir.mkdir(parents=True, exist_ok=True)
+    manifest = output_dir / MANIFEST
+    if manifest.is_file():
+        previous = json.loads(manifest.read_text())
+        if previous.get("fingerprint") != record["fingerprint"]:
+            if not overwrite:
+                raise ArgumentError(
+                    f"{output_dir} holds scores of other inputs or settings: "
+                    f"{what_changed(previous.get('fingerprint') or {}, record['fingerprint'])}; pass --overwrite to "
+                    "rescore, or another --output_dir"
+                )
+            for path in output_dir.glob("part-*.parquet"):
+                path.unlink()
+            (output_dir / SUCCESS).unlink(missing_ok=True)
+    elif any(output_dir.glob("part-*.parquet")):
+        if not overwrite:
+            raise ArgumentError(f"{output_dir} holds part-*.parquet files of an unknown run: pass --overwrite")
+        for path in output_dir.glob("part-*.parquet"):
+            path.unlink()
+    for tmp in output_dir.glob(".part-*.tmp-*"):  # left by an interrupted run
+        tmp.unlink()
+    write_json_atomic(manifest, record)
+
+
+def score_files(
+    model: str,
+    inputs: list,
+    output_dir,
+    workers: int = 1,
+    engine: str = "auto",
+    rows_per_shard: int = 10000,
+    overwrite: bool = False,
+    address: str | None = None,
+    **options,
+) -> dict:
+    """The Python call behind ``as2hub-score``: score ``inputs`` into Parquet shards in ``output_dir``; returns the
+    summary written to ``_SUCCESS`` (``rows``, ``shards``, ``scored_shards``, ``seconds``, ``engine``, ...)."""
+    started = time.perf_counter()
+    inputs = [Path(p) for p in inputs]
+    output_dir = Path(output_dir)
+    if workers < 1 or rows_per_shard < 1:
+        raise ArgumentError(f"--workers and --rows_per_shard must be at least 1, got {workers} and {rows_per_shard}")
+    threads = options.pop("threads", None) or max(1, (os.cpu_count() or 1) // workers)
+    config = ScoreConfig(model=model, threads=threads, **options)  # checks every option's range
+    check_model(model)
+    engine = resolve_engine(engine)
+    shards = plan(inputs, rows_per_shard, config)
+    # The backend that scores, resolved once here ("auto" picks per machine): every worker loads this one by name, so
+    # shards of one output never mix backends, and the record says which one scored. So is the max length (None: the
+    # one the model was trained with), which the record holds as a number.
+    ranker = config.load_ranker()
+    config = dataclasses.replace(config, backend=ranker.backend, quantize=None, max_length=ranker.max_length)
+    weights = model_weights_sha256(model)
+    record = {
+        "fingerprint": fingerprint(inputs, rows_per_shard, config, ranker.backend, weights),
+        "shards": len(shards),
+    }
+    prepare_output(output_dir, record, overwrite)
+    pending = [s for s in shards if not (output_dir / shard_name(s.index)).is_file()]
+    logger.info(
+        "%d rows in %d shards, %d to score (%d already there), engine %s, %d worker(s) x %d thread(s)",
+        sum(s.num_rows for s in shards),
+        len(shards),
+        len(pending),
+        len(shards) - len(pending),
+        engine,
+        workers,
+        threads,
+    )
+    if pending:
+        (output_dir / SUCCESS).unlink(missing_ok=True)
+        if engine == "ray":
+            del ranker  # the actors load their own
+            run_ray(pending, config, output_dir, workers, address)
+        else:
+            run_datasets(pending, config, output_dir, workers, ranker=ranker)
+    missing = [shard_name(s.index) for s in shards if not (output_dir / shard_name(s.index)).is_file()]
+    if missing:
+        raise RuntimeError(f"{len(missing)} shards were not written ({', '.join(missing[:5])}): run the command again")
+    summary = {
+        "rows": sum(s.num_rows for s in shards),
+        "shards": len(shards),
+        "scored_shards": len(pending),
+        "seconds": round(time.perf_counter() - started, 3),
+        "engine": engine,
+        "workers": workers,
+        "threads_per_worker": threads,
+    }
+    write_json_atomic(output_dir / SUCCESS, summary)
+    return summary
+
+
+def check_model(model: str) -> None:
+    """Name a model that cannot score pairs before any row is read (a Hub id is left to the loader)."""
+    from as2hub.modeling.folders import check_ranker_folder
+    from as2hub.modeling.scores import JOINT_MODEL_TYPES
+
+    if not Path(model).exists():
+        if model.startswith(("/", ".", "~")) or model.count("/") != 1:
+            raise FileNotFoundError(f"{model}: no such model folder")
+        return
+    _, model_config = check_ranker_folder(model)
+    if model_config.model_type in JOINT_MODEL_TYPES:
+        raise ArgumentError(
+            f"{model} is a joint model: it ranks the candidates of a question together, not pairs; score the pairs "
+            "with a pairwise or contextual ranker (or serve the cascade with as2hub-serve --pairwise)"
+        )
+
+
+def resolve_engine(engine: str) -> str:
+    import importlib.util
+
+    has_ray = importlib.util.find_spec("ray") is not None and importlib.util.find_spec("ray.data") is not None
+    if engine == "auto":
+        return "ray" if has_ray else "datasets"
+    if engine == "ray" and not has_ray:
+        raise ArgumentError('--engine ray needs Ray Data: pip install "as2hub[serve]" (or "ray[data]")')
+    if engine not in ENGINES:
+        raise ArgumentError(f"--engine must be one of {', '.join(ENGINES)}, got {engine!r}")
+    return engine

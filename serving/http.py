@@ -36,6 +36,7 @@ from ray.serve.handle import DeploymentHandle
 from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from as2hub.inference.cascade import check_drop
 from as2hub.serving.options import DEFAULT_MAX_REQUEST_BYTES, ServeConfig
 from as2hub.serving.scorer import Query, Ranked, RerankScorer, raw_score
 
@@ -154,7 +155,15 @@ class RequestBodyLimit:
         await self.app(scope, limited_receive, send)
 
 
+def drop_fraction(drop: float | None) -> float | None:
+    """A request's ``cascade_drop``: None, or a fraction in [0, 1) (checked by the cascade's own ``check_drop``)."""
+    if drop is not None:
+        check_drop(drop)
+    return drop
+
+
 Text = Annotated[StrictStr, AfterValidator(unicode_text)]
+CascadeDrop = Annotated[float | None, AfterValidator(drop_fraction)]
 
 
 class TEIRequest(BaseModel):
@@ -165,7 +174,7 @@ class TEIRequest(BaseModel):
     return_text: bool = False
     truncate: bool = True  # TEI's flag: texts are always truncated to the model's max length
     contexts: list[Text | None] | None = None
-    cascade_drop: float | None = Field(default=None, ge=0.0, lt=1.0)
+    cascade_drop: CascadeDrop = None
 
 
 class Document(BaseModel):
@@ -182,7 +191,7 @@ class CohereRequest(BaseModel):
     return_documents: bool = False
     contexts: list[Text | None] | None = None
     model: str | None = None
-    cascade_drop: float | None = Field(default=None, ge=0.0, lt=1.0)
+    cascade_drop: CascadeDrop = None
 
 
 api = FastAPI(title="as2hub reranker", description="TEI /rerank and Cohere/Jina /v1/rerank for as2hub rankers")
@@ -229,11 +238,10 @@ class Scorer:
         return await asyncio.to_thread(self.scorer.rank_each, queries)
 
     def refusal(self, query: Query) -> Refused | None:
-        """Why this model does not score ``query`` (422), or None."""
-        try:
-            self.scorer.check_cascade_drop(query.cascade_drop)
-        except ValueError as error:
-            return Refused(422, f"cascade_drop: {one_line(error)}")
+        """Why this model does not score ``query`` (422), or None. The drop's range was checked when the request was
+        read (:data:`CascadeDrop`); whether the model has cascade heads was asked once, when the replica started."""
+        if query.cascade_drop is not None and self.scorer.no_cascade is not None:
+            return Refused(422, f"cascade_drop: {one_line(self.scorer.no_cascade)}")
         if query.contexts is not None and not self.scorer.contextual:
             return Refused(422, f"contexts given, but this {self.scorer.kind} model is not contextual")
         return None

@@ -79,6 +79,20 @@ class RerankScorer:
         # the batches that failed and were scored request by request
         self.batching = {"requests": 0, "batches": 0, "largest_batch": 0, "split_batches": 0}
         self._lock = threading.Lock()
+        # why a cascade_drop cannot be served (None: it can), asked once of the loaded model; each request's drop is
+        # then checked by the ranker alone (inference/cascade.py's check_cascade, once per request)
+        self.no_cascade = self._no_cascade()
+
+    def _no_cascade(self) -> str | None:
+        from as2hub.inference.cascade import NoCascadeHeadsError, check_cascade_heads
+
+        if self.ranker is None:
+            return "cascade_drop needs a pairwise or contextual ranker with cascade heads, not a joint model"
+        try:
+            check_cascade_heads(self.ranker.model)
+        except NoCascadeHeadsError as error:
+            return str(error)
+        return None
 
     def info(self) -> dict:
         with self._lock:
@@ -112,14 +126,15 @@ class RerankScorer:
         return ranker.score_pairs(questions, texts, contexts).tolist()
 
     def check_cascade_drop(self, drop: float | None) -> None:
-        """Raise :class:`~as2hub.inference.cascade.NoCascadeHeadsError` (a ValueError) when ``drop`` cannot be served."""
+        """Raise :class:`~as2hub.inference.cascade.NoCascadeHeadsError` (a ValueError) when ``drop`` cannot be served
+        (a ``ValueError`` when it is no fraction in [0, 1))."""
         if drop is None:
             return
-        from as2hub.inference.cascade import check_cascade
+        from as2hub.inference.cascade import NoCascadeHeadsError, check_drop
 
-        if self.ranker is None:
-            raise ValueError("cascade_drop needs a pairwise or contextual ranker with cascade heads, not a joint model")
-        check_cascade(self.ranker.model, drop)
+        check_drop(drop)
+        if self.no_cascade is not None:
+            raise NoCascadeHeadsError(self.no_cascade)
 
     def _cascade(self, queries: list[Query]) -> list[list[Ranked]]:
         """The requests of each ``cascade_drop`` together in one ``Ranker.rank_many`` call (None: the full model)."""

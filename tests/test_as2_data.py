@@ -1,4 +1,4 @@
-"""Tests for as2hub.data_collators.as2_data: WikiQA reader, generic AS2 loader, validation errors."""
+"""Tests for as2hub.data_collators.readers.as2_data: WikiQA reader, generic AS2 loader, validation errors."""
 
 import csv
 import gzip
@@ -10,7 +10,7 @@ from pathlib import Path
 import datasets
 import pytest
 
-from as2hub.data_collators.as2_data import (
+from as2hub.data_collators.readers.as2_data import (
     AS2_COLUMNS,
     AS2Data,
     AS2DataError,

@@ -313,6 +313,37 @@ def test_heads_can_be_added_to_a_saved_ranker_by_config(tokenizers, tmp_path):
     assert after == pytest.approx(before, abs=1e-6)  # the heads add, the full model is unchanged
 
 
+def layer_map_by_forward(folder, layer: int, max_length: int) -> float:
+    """MAP of the ``layer`` head of the ranker in ``folder`` on test_run_as2's dev questions (every candidate's context
+    its document neighbours, as the AS2 reader builds it), by scikit-learn from the full forward's cascade logits."""
+    from sklearn.metrics import average_precision_score
+    from test_run_as2 import as2_rows
+
+    ranker = Ranker.from_pretrained(folder, max_length=max_length)
+    model = ranker.model
+    rows = as2_rows()
+    by_question = {}
+    for row in rows:
+        by_question.setdefault(row["question_id"], []).append(row)
+    average_precisions = []
+    for group in by_question.values():
+        texts = [row["candidate"] for row in sorted(group, key=lambda row: row["position"])]
+        contexts = [" ".join(texts[max(0, p - 1) : p] + texts[p + 1 : p + 2]) for p in range(len(texts))]
+        encoded = ranker._rows([group[0]["question"]] * len(texts), texts, contexts)
+        scores = []
+        with torch.no_grad():
+            for ids, types in encoded:
+                output = model(
+                    input_ids=torch.tensor([ids]), token_type_ids=torch.tensor([types]), output_cascade_logits=True
+                )
+                logits = output.cascade_logits[model.config.cascade_layers.index(layer)]
+                scores.append(model.logits_to_scores(logits.float()).item())
+        labels = [row["label"] for row in sorted(group, key=lambda row: row["position"])]
+        assert 0 < sum(labels) < len(labels)
+        average_precisions.append(average_precision_score(labels, scores))
+    return sum(average_precisions) / len(average_precisions)
+
+
 @pytest.mark.parametrize("backbone", ["roberta", "bert"])
 def test_run_as2_trains_heads_multi_task_then_heads_only_leaves_the_ranker_unchanged(
     stock_checkpoint, tmp_path, backbone
@@ -339,8 +370,11 @@ def test_run_as2_trains_heads_multi_task_then_heads_only_leaves_the_ranker_uncha
     )
     assert results["train"]["epochs"] == 3 and results["train"]["train_rows"] == 48  # 3 epochs of 4 x 12 rows
     assert results["train"]["train_loss_last_epoch"] < results["train"]["train_loss_first_epoch"]
-    assert 0.0 < results["train"]["dev_layer1_map"] <= 1.0
     second = tmp_path / "b" / "out"
+    # The reported dev MAP of the layer-1 head is the mean average precision (scikit-learn's) of that head's scores,
+    # computed here by the saved model's full forward pass (``output_cascade_logits``) on the dev file's rows.
+    expected = layer_map_by_forward(second, layer=1, max_length=48)
+    assert results["train"]["dev_layer1_map"] == pytest.approx(expected, abs=1e-9)
     trained = load_file(second / "model.safetensors")
     changed = {key for key in weights if not torch.equal(weights[key], trained[key])}
     assert changed and all(key.startswith("cascade_heads.") for key in changed), changed

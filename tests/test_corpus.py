@@ -10,7 +10,11 @@ import datasets
 import pytest
 import torch
 
-from as2hub.data_collators.corpus import (
+from as2hub.data_collators.objectives.pretraining_examples import (
+    StructurePretrainingIterableDataset,
+    generate_pretraining_dataset,
+)
+from as2hub.data_collators.readers.corpus import (
     CorpusConfig,
     CorpusError,
     CorpusStats,
@@ -20,11 +24,7 @@ from as2hub.data_collators.corpus import (
     load_documents,
     split_document,
 )
-from as2hub.data_collators.pretraining_data import (
-    StructurePretrainingIterableDataset,
-    generate_pretraining_dataset,
-)
-from as2hub.data_collators.sentence_splitter import install_punkt_tab, split_sentences
+from as2hub.data_collators.readers.sentence_splitter import install_punkt_tab, split_sentences
 
 LONG = "This sentence is long enough to be kept by the filter."  # 54 characters
 

@@ -1,8 +1,9 @@
-"""The old import paths of issue 50's move (the inference engine from ``modeling/`` to ``inference/``) keep working for
-one release: each deprecated shim (``test_import_layers.DEPRECATED_SHIMS``) resolves every name it had to the very
-object at the new path, with a DeprecationWarning that names the new path and points at the caller's line. as2hub's
-own code uses none of them (``test_import_layers`` checks the imports by ``ast``; here: importing every module, and
-the dotted paths in code and docs), and the shims go when the version reaches ``deprecation.REMOVED_IN``."""
+"""The old import paths of issue 50's moves (the inference engine from ``modeling/`` to ``inference/``; ``data_collators/``'s
+modules into its groups) keep working for one release: each deprecated shim (``test_import_layers.DEPRECATED_SHIMS``)
+and each old data_collators path (``test_import_layers.MOVED_MODULES``) resolves every name it had to the very object
+at the new path, with a DeprecationWarning that names the new path and points at the caller's line. as2hub's own code
+uses none of them (``test_import_layers`` checks the imports by ``ast``; here: importing every module, and the dotted
+paths in code and docs), and they go when the version reaches ``deprecation.REMOVED_IN``."""
 
 import ast
 import importlib
@@ -16,7 +17,7 @@ import warnings
 
 import pytest
 from packaging.version import Version
-from test_import_layers import DEPRECATED_SHIMS, LAYERS, ROOT, module_name
+from test_import_layers import DEPRECATED_SHIMS, LAYERS, MOVED_MODULES, ROOT, module_name
 
 from as2hub.modeling import deprecation
 
@@ -39,6 +40,8 @@ ONNX_BACKEND_HOMES = (
     "as2hub.inference.onnx_runtime",
     "as2hub.inference.onnx_export",
 )
+# Every old path is one of these (a shim file of modeling/, or a module object of data_collators/deprecated_paths.py).
+OLD_PATHS = {**{old: shims[-1] for old, shims in DEPRECATED_SHIMS.items()}, **MOVED_MODULES}
 MESSAGE = re.compile(r"(?P<old>[\w.]+)\.(?P<name>\w+) moved to (?P<new>[\w.]+)\.(?P=name): import it from there")
 
 
@@ -46,7 +49,7 @@ def old_names(old: str) -> list[tuple[str, str]]:
     """(name, the module it must now come from; "" for one of ONNX_BACKEND_HOMES) for every public name ``old`` had."""
     if old == "as2hub.modeling.onnx_backend":
         return [(name, "") for name in ONNX_BACKEND_NAMES]
-    new = DEPRECATED_SHIMS[old][-1]
+    new = OLD_PATHS[old]
     return [(name, new) for name in defined_names(importlib.util.find_spec(new).origin)]
 
 
@@ -73,11 +76,32 @@ def test_the_shims_are_the_old_modules_of_the_moved_code():
             assert allowed == ("as2hub.inference", old.replace(".modeling.", ".inference."))
 
 
-@pytest.mark.parametrize("old", sorted(DEPRECATED_SHIMS))
+def test_the_old_data_collators_paths_are_its_modules_before_the_groups():
+    """Every module data_collators/ had before readers/, objectives/ and collators/, one old path each; only
+    pretraining_data.py changed its name (training/pretraining_data.py is the one module of that name now)."""
+    before = (
+        "as2_collator", "as2_data", "as2_splits", "corpus", "fv_data", "hotpotqa", "hotpotqa_encoding",
+        "hotpotqa_markers", "joint_collator", "joint_data", "pretraining_collator", "pretraining_data", "qe_tasks",
+        "sentence_splitter", "stream_resume", "structure_objectives", "text_files", "tokenizer_training",
+    )  # fmt: skip
+    assert sorted(MOVED_MODULES) == [f"as2hub.data_collators.{name}" for name in before]
+    for old, new in MOVED_MODULES.items():
+        group, name = new.split(".")[2:]
+        assert group in ("readers", "objectives", "collators")
+        assert name == old.rpartition(".")[2] or (old, new) == (
+            "as2hub.data_collators.pretraining_data",
+            "as2hub.data_collators.objectives.pretraining_examples",
+        )
+    assert sorted(path.relative_to(ROOT).as_posix() for path in ROOT.rglob("pretraining_data.py")) == [
+        "training/pretraining_data.py"
+    ]
+
+
+@pytest.mark.parametrize("old", sorted(OLD_PATHS))
 def test_every_old_name_warns_naming_its_new_path_and_is_the_same_object(old):
     shim = importlib.import_module(old)
     names = old_names(old)
-    assert len(names) >= 5
+    assert len(names) >= 2  # the source parsed (as2_collator defines two public names)
     for name, expected_home in names:
         with pytest.warns(DeprecationWarning) as record:
             value = getattr(shim, name)
@@ -99,6 +123,38 @@ def test_the_warning_points_at_the_line_that_used_the_old_path_and_names_the_pac
     with pytest.warns(DeprecationWarning, match="onnx_backend.weights_sha256 moved to as2hub.modeling.folders") as rec:
         exec(compile("import as2hub.modeling.onnx_backend as old\nold.weights_sha256\n", "user.py", "exec"), {})
     assert (rec[0].filename, rec[0].lineno) == ("user.py", 2) and "from as2hub.inference" not in str(rec[0].message)
+
+
+def test_an_old_data_collators_path_imports_every_way_and_warns_at_the_callers_line():
+    code = "x = 1\nfrom as2hub.data_collators.corpus import load_documents\n"
+    with pytest.warns(DeprecationWarning) as record:
+        exec(compile(code, "user_code.py", "exec"), {})
+    assert [(w.filename, w.lineno) for w in record] == [("user_code.py", 2)]
+    assert str(record[0].message).startswith(
+        "as2hub.data_collators.corpus.load_documents moved to as2hub.data_collators.readers.corpus.load_documents: "
+        "import it from there (or `from as2hub.data_collators import load_documents`)"
+    )
+    from as2hub.data_collators.objectives import pretraining_examples, stream_resume
+
+    namespace = {}
+    code = (
+        "import as2hub.data_collators.pretraining_data as old\n"
+        "from as2hub.data_collators import stream_resume\n"
+        "key = old.STREAM_POSITION_KEY\n"
+        "stop = stream_resume.GracefulStop\n"
+    )
+    with pytest.warns(DeprecationWarning) as record:
+        exec(compile(code, "user.py", "exec"), namespace)
+    assert [(w.filename, w.lineno) for w in record] == [("user.py", 3), ("user.py", 4)]
+    assert namespace["key"] is pretraining_examples.STREAM_POSITION_KEY
+    assert namespace["stop"] is stream_resume.GracefulStop
+    old = importlib.import_module("as2hub.data_collators.structure_objectives")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(AttributeError, match="no_such_name"):
+            old.no_such_name  # noqa: B018
+        assert not hasattr(old, "__path__") and not hasattr(old, "__file__")
+    assert "generate_examples" in dir(old)
 
 
 def test_a_name_the_old_module_never_had_is_an_attribute_error_without_a_warning():
@@ -150,13 +206,20 @@ print(json.dumps({{"skipped": skipped, "failed": failed}}))
 
 
 # Files that name the old paths on purpose: the shims, their helper, these tests, and measured records.
-NAMES_OLD_PATHS = {"modeling/deprecation.py", "tests/test_import_layers.py", "tests/test_deprecated_paths.py"}
+NAMES_OLD_PATHS = {
+    "modeling/deprecation.py",
+    "data_collators/deprecated_paths.py",
+    "tests/test_import_layers.py",
+    "tests/test_deprecated_paths.py",
+}
 SUFFIXES = {".py", ".md", ".sh", ".txt", ".toml", ".cfg"}
 
 
 def test_no_code_or_doc_names_a_deprecated_path():
     """Docstrings, command help, code run in subprocesses, READMEs and docs: the new paths only."""
-    pattern = re.compile("|".join(re.escape(old) + r"\b" for old in DEPRECATED_SHIMS))
+    # dotted paths, and data_collators/'s old file paths (data_collators/corpus.py)
+    files_before = [f"data_collators/{old.rpartition('.')[2]}.py" for old in MOVED_MODULES]
+    pattern = re.compile("|".join([*(re.escape(old) + r"\b" for old in OLD_PATHS), *map(re.escape, files_before)]))
     shims = {importlib.util.find_spec(old).origin for old in DEPRECATED_SHIMS}
     folders = [path for path in sorted(ROOT.iterdir()) if path.is_dir() and not path.name.startswith(".")]
     files = [*ROOT.glob("*.md"), *(path for folder in folders for path in folder.rglob("*") if path.suffix in SUFFIXES)]

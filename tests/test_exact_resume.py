@@ -1,4 +1,4 @@
-"""Exact resume of streaming pre-training and a checkpoint on SIGTERM (``run_scripts/stream_resume.py``)."""
+"""Exact resume of streaming pre-training and a checkpoint on SIGTERM (``data_collators/objectives/stream_resume.py``)."""
 
 import itertools
 import json
@@ -13,8 +13,8 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from as2hub.data_collators import stream_resume
-from as2hub.data_collators.pretraining_data import (
+from as2hub.data_collators.objectives import stream_resume
+from as2hub.data_collators.objectives.pretraining_examples import (
     STREAM_POSITION_KEY,
     StructurePretrainingIterableDataset,
     stream_state_from_positions,

@@ -19,10 +19,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from as2hub.data_collators import CorpusConfig, CorpusError, load_documents
-from as2hub.data_collators.as2_data import AS2_COLUMNS, WIKIQA_COLUMNS, AS2DataError, load_as2_data, read_wikiqa
-from as2hub.data_collators.fv_data import FactVerificationDataError, load_fv_data
-from as2hub.data_collators.hotpotqa import HotpotQAError, read_hotpotqa
-from as2hub.data_collators.joint_data import ScoreColumn
+from as2hub.data_collators.readers.as2_data import AS2_COLUMNS, WIKIQA_COLUMNS, AS2DataError, load_as2_data, read_wikiqa
+from as2hub.data_collators.readers.fv_data import FactVerificationDataError, load_fv_data
+from as2hub.data_collators.readers.hotpotqa import HotpotQAError, read_hotpotqa
+from as2hub.data_collators.readers.joint_data import ScoreColumn
 
 FUZZ = settings(
     max_examples=30,
@@ -343,7 +343,7 @@ CORPUS_TEXT = st.sampled_from(
 @pytest.fixture(scope="module")
 def sentence_splitter_loaded():
     """Load the sentence splitter once, outside the timed examples."""
-    from as2hub.data_collators.sentence_splitter import split_sentences
+    from as2hub.data_collators.readers.sentence_splitter import split_sentences
 
     split_sentences("One sentence. Another one.", "english")
 

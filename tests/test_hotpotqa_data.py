@@ -20,8 +20,8 @@ from as2hub.data_collators import (
     read_hotpotqa,
     wikiqa_distractor,
 )
-from as2hub.data_collators.hotpotqa import WIKIQA_QUESTION_TYPES
-from as2hub.data_collators.hotpotqa_markers import marker_token_ids
+from as2hub.data_collators.collators.hotpotqa_markers import marker_token_ids
+from as2hub.data_collators.readers.hotpotqa import WIKIQA_QUESTION_TYPES
 from as2hub.modeling import LongformerQEConfig, LongformerWithQEContrastive
 from as2hub.modeling.longformer_qe import MARKER_TOKENS, infer_marker_inputs
 

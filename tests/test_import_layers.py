@@ -16,7 +16,8 @@ Hub) import only the standard library, torch, transformers, huggingface_hub, saf
 
 One named exemption: the deprecated shims (:data:`DEPRECATED_SHIMS`, old paths of the names that moved to
 ``inference/``) import their new homes, upward, and nothing else upward; no other module, test or benchmark imports a
-shim. ``tests/test_deprecated_paths.py`` checks that each warns and resolves to the new object.
+shim, nor an old path of ``data_collators/``'s modules (:data:`MOVED_MODULES`, from before its groups; no files, no
+upward import). ``tests/test_deprecated_paths.py`` checks that each warns and resolves to the new object.
 
 Read from the source with ``ast`` (every ``import``, at module level or inside functions), so a lazy import counts.
 """
@@ -52,6 +53,20 @@ DEPRECATED_SHIMS = {
         "as2hub.inference.onnx_runtime",
     ),
 }
+
+
+def _moved_modules() -> dict[str, str]:
+    """``data_collators/deprecated_paths.py``'s ``MOVED_MODULES`` (old path -> new home), read by ``ast`` so that this
+    contract imports nothing of as2hub."""
+    tree = ast.parse((ROOT / "data_collators" / "deprecated_paths.py").read_text())
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and [target.id for target in node.targets] == ["MOVED_MODULES"]:
+            return ast.literal_eval(node.value)
+    raise AssertionError("data_collators/deprecated_paths.py defines no MOVED_MODULES")
+
+
+# The old paths of data_collators/'s modules (until 0.2.0): module objects that warn, without files.
+MOVED_MODULES = _moved_modules()
 REMOTE_CODE = ("contextual_as2", "ssp_pretraining", "joint_multicandidate", "longformer_qe")
 REMOTE_CODE_ALLOWED = {"torch", "transformers", "huggingface_hub", "safetensors", "numpy"}
 
@@ -79,7 +94,7 @@ def imports_of(path: Path) -> list[tuple[int, str]]:
             # `from pkg import sub` may name a submodule: count it as an import of pkg.sub when that is a file
             for alias in node.names:
                 candidate = f"{module}.{alias.name}"
-                found.append((node.lineno, candidate if resolve(candidate) else module))
+                found.append((node.lineno, candidate if resolve(candidate) or candidate in MOVED_MODULES else module))
     return found
 
 
@@ -120,13 +135,14 @@ def layer_violations(files) -> list[str]:
 
 
 def deprecated_uses(files) -> list[str]:
-    """Every import of a deprecated shim outside the shims themselves."""
+    """Every import of a deprecated shim (or an old data_collators path) outside the shims themselves."""
     problems = []
+    old_paths = [*DEPRECATED_SHIMS, *MOVED_MODULES]
     for path in files:
         if module_name(path) in DEPRECATED_SHIMS:
             continue
         for line, module in imports_of(path):
-            if any(module == shim or module.startswith(shim + ".") for shim in DEPRECATED_SHIMS):
+            if any(module == shim or module.startswith(shim + ".") for shim in old_paths):
                 problems.append(f"{path.relative_to(ROOT)}:{line} imports {module}, a deprecated path")
     return problems
 
@@ -187,6 +203,10 @@ def test_only_the_named_shims_import_upward_and_nothing_imports_a_shim():
     for shim in DEPRECATED_SHIMS:
         path = resolve(shim)
         assert path is not None and path.parent == ROOT / "modeling", shim
+    groups = {ROOT / "data_collators" / group for group in ("readers", "objectives", "collators")}
+    for old, new in MOVED_MODULES.items():
+        assert resolve(old) is None and old.count(".") == 2, old  # no file: nothing to import upward
+        assert resolve(new) is not None and resolve(new).parent in groups, new
     files = [*source_files(), *sorted((ROOT / "tests").rglob("*.py")), *sorted((ROOT / "benchmarks").rglob("*.py"))]
     assert deprecated_uses(files) == []
 

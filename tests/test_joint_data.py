@@ -21,8 +21,8 @@ from as2hub.data_collators import (
     load_as2_data,
     load_fv_data,
 )
-from as2hub.data_collators.as2_data import AS2DataError
-from as2hub.data_collators.structure_objectives import IGNORE_LABEL, generate_examples, mspp
+from as2hub.data_collators.objectives.structure_objectives import IGNORE_LABEL, generate_examples, mspp
+from as2hub.data_collators.readers.as2_data import AS2DataError
 
 
 def sentence(d: int, p: int, s: int) -> str:

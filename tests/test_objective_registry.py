@@ -6,8 +6,8 @@ import dataclasses
 
 import pytest
 
-from as2hub.data_collators import structure_objectives as so
-from as2hub.data_collators.structure_objectives import (
+from as2hub.data_collators.objectives import structure_objectives as so
+from as2hub.data_collators.objectives.structure_objectives import (
     OBJECTIVE_DEFINITIONS,
     OBJECTIVES,
     ObjectiveDefinition,

@@ -7,7 +7,7 @@ import torch
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 from transformers import PreTrainedTokenizerFast
 
-from as2hub.data_collators.pretraining_collator import (
+from as2hub.data_collators.collators.pretraining_collator import (
     PretrainingCollator,
     default_max_length,
     tokenize_pretraining,

@@ -2,6 +2,9 @@
 (first token, ONNX export, scores, LoRA, positions, the run scripts' class lookups) are read from it."""
 
 import dataclasses
+import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -136,3 +139,61 @@ def test_a_model_type_cannot_belong_to_two_families():
     with pytest.raises(ValueError, match="already registered"):
         registry.register_family(Family(**_facts()))
     assert "planted" not in FAMILIES
+
+
+# A fresh process registers two planted families (new model types, one per exported layout) and then re-imports the
+# modules that hold the library's tables: a table generated from the registry takes the planted types in, a
+# hand-written one (even one equal to the literals above) does not.
+PLANT = """
+import importlib, json
+from transformers import AutoModel, BertConfig, BertForSequenceClassification, BertModel
+from as2hub.modeling import registry
+
+class PlantedRankerConfig(BertConfig):
+    model_type = "planted_ranker_bert"
+
+class PlantedRanker(BertForSequenceClassification):
+    config_class = PlantedRankerConfig
+
+class PlantedJointConfig(BertConfig):
+    model_type = "planted_joint_bert"
+
+class PlantedJoint(BertModel):
+    config_class = PlantedJointConfig
+
+facts = dict(lora_target_modules=("query",), lora_fully_trained=("planted_head",), positions_after_padding=frozenset())
+registry.register_family(registry.Family(name="planted_ranker", configs={"bert": PlantedRankerConfig},
+    auto_models={AutoModel: {"bert": PlantedRanker}}, first_token=True, onnx_export="cross_encoder", score="label",
+    **facts))
+registry.register_family(registry.Family(name="planted_joint", configs={"bert": PlantedJointConfig},
+    auto_models={AutoModel: {"bert": PlantedJoint}}, first_token=False, onnx_export="joint", score="joint", **facts))
+from as2hub.modeling import first_token, scores
+from as2hub.inference import onnx_export
+for module in (first_token, scores, onnx_export):
+    importlib.reload(module)
+model = type("Model", (), {"config": PlantedRankerConfig()})()
+print(json.dumps({
+    "first_token": sorted(first_token.FIRST_TOKEN_MODEL_TYPES),
+    "joint": sorted(scores.JOINT_MODEL_TYPES),
+    "export": {t: [k for k, v in onnx_export.EXPORT_LAYOUTS.items() if v is spec][0]
+               for t, spec in onnx_export.EXPORT_SPECS.items()},
+    "fully_trained": registry.fully_trained_modules(model),
+}))
+"""
+
+
+def test_a_newly_registered_family_enters_every_table_its_facts_put_it_in():
+    done = subprocess.run([sys.executable, "-c", PLANT], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    tables = json.loads(done.stdout.strip().splitlines()[-1])
+    assert tables["first_token"] == sorted(
+        ["contextual_roberta", "contextual_electra", "contextual_bert", "planted_ranker_bert"]
+    )
+    assert tables["joint"] == sorted(["joint_roberta", "joint_electra", "joint_bert", "planted_joint_bert"])
+    assert tables["export"] == {
+        **dict.fromkeys(["contextual_roberta", "contextual_electra", "contextual_bert"], "cross_encoder"),
+        **dict.fromkeys(["joint_roberta", "joint_electra", "joint_bert"], "joint"),
+        "planted_ranker_bert": "cross_encoder",
+        "planted_joint_bert": "joint",
+    }
+    assert tables["fully_trained"] == ["planted_head"]

@@ -557,7 +557,7 @@ def test_a_table_runs_end_to_end_records_seeds_and_resumes(tmp_path, stock_check
 
 @pytest.mark.slow
 def test_an_interrupted_pretraining_checkpoints_and_the_next_call_resumes_it(tmp_path, stock_checkpoint, monkeypatch):
-    from as2hub.data_collators.stream_resume import GracefulStop
+    from as2hub.data_collators.objectives.stream_resume import GracefulStop
 
     original = GracefulStop.on_step_end
 

@@ -11,7 +11,9 @@ from sklearn.metrics import average_precision_score
 from transformers import AutoModelForSequenceClassification
 
 from as2hub.data_collators import AS2DataError
+from as2hub.inference.ranking import Ranker
 from as2hub.run_scripts import run_as2
+from as2hub.serving.options import ScoreConfig, ServeConfig
 
 QUESTIONS = [
     ("What does len return?", ["The number of items.", "A string.", "It raises.", "The length of a sequence."]),
@@ -88,6 +90,12 @@ def test_fine_tune_writes_a_hub_ready_folder_and_ranked_predictions(stock_checkp
         assert scores == sorted(scores, reverse=True) and len(scores) == 4
     model = AutoModelForSequenceClassification.from_pretrained(out, trust_remote_code=True)
     assert model.config.contextual is True
+    # the trained --max_length is saved in the config and is the default max length of ranking the folder
+    assert config["as2hub_max_length"] == 48
+    assert Ranker.from_pretrained(out).max_length == 48
+    assert ServeConfig(model=str(out)).load_ranker().max_length == 48
+    assert ScoreConfig(model=str(out)).load_ranker().max_length == 48
+    assert Ranker.from_pretrained(out, max_length=32).max_length == 32  # a given one wins
 
 
 def test_pairwise_lora_saves_the_adapter_and_a_merged_model(stock_checkpoint, tmp_path):

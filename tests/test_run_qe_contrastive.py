@@ -10,7 +10,7 @@ from helpers import needs_wikiqa
 from transformers import AutoModelForQuestionAnswering, AutoTokenizer, HfArgumentParser
 
 from as2hub.data_collators import HotpotQAError
-from as2hub.data_collators.qe_tasks import load_qe_splits
+from as2hub.data_collators.readers.qe_tasks import load_qe_splits
 from as2hub.run_scripts import run_qe_contrastive
 
 PEOPLE = ["Ada", "Bruno", "Clara", "Dmitri", "Elena", "Farid", "Greta", "Hugo"]
@@ -178,7 +178,7 @@ def test_embedded_evidence_task_records():
 
 @needs_wikiqa()
 def test_wikiqa_distractor_is_a_dataset_choice():
-    from as2hub.data_collators.qe_tasks import default_question_types
+    from as2hub.data_collators.readers.qe_tasks import default_question_types
 
     args = run_qe_contrastive.DataArguments(dataset="wikiqa_distractor", num_distractors=2, max_train_samples=5)
     splits = load_qe_splits(args)

@@ -2,6 +2,7 @@
 cascade called from JointRanker (not copied), and the commands staying thin."""
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -70,3 +71,161 @@ def longest_function(path: Path) -> int:
 def test_the_serving_commands_stay_thin(command):
     """The commands parse, check and call the serving layer: no long function defines the service or the engine."""
     assert longest_function(ROOT / "run_scripts" / command) <= 80
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# One home per option: the commands' flags are the options' fields; ranges are checked where the options are made
+
+BACKENDS = ("auto", "torch", "torch-bf16", "onnx", "onnx-int8", "cuda-fp16", "cuda-bf16")
+# (default, choices) of every flag that is an option of the ranker (both commands), written out here: a default or a
+# choice written again in a command, or changed in one place only, fails
+RANKER_FLAGS = {
+    "backend": ("torch", BACKENDS),
+    "quantize": (None, ("int8",)),
+    "threads": (None, None),
+    "max_length": (None, None),  # None: the model's trained max length
+    "batch_size": (None, None),
+}
+SERVE_FLAGS = {
+    **RANKER_FLAGS,
+    "pairwise": (None, None),
+    "max_texts": (1000, None),
+    "max_batch_size": (32, None),
+    "batch_wait_ms": (5.0, None),
+    "max_request_bytes": (2_000_000, None),
+    "cascade_drop": (None, None),
+    "max_ongoing_requests": (32, None),
+    "max_queued_requests": (32, None),
+    "retry_after_s": (1.0, None),
+    "overload_status": (429, (429, 503)),
+}
+SCORE_FLAGS = {
+    **RANKER_FLAGS,
+    "question_column": ("question", None),
+    "candidate_column": ("candidate", None),
+    "context_column": ("context", None),
+    "keep_columns": ((), None),
+}
+
+
+def option_actions(parser) -> dict:
+    return {action.dest: action for action in parser._actions if action.option_strings}
+
+
+@pytest.mark.parametrize(
+    "command, options_class, expected, own",
+    [
+        ("serve", ServeConfig, SERVE_FLAGS, {"help", "replicas", "host", "port", "address"}),
+        ("score", ScoreConfig, SCORE_FLAGS, {"help", "output_dir", "workers", "engine", "rows_per_shard", "overwrite",
+                                             "address"}),
+    ],
+)  # fmt: skip
+def test_the_commands_flags_are_the_options_fields(command, options_class, expected, own):
+    """Every option flag of ``as2hub-serve`` / ``as2hub-score`` is a field of its options class, with the field's
+    default and choices (``--backend``: the backend names, so a typo fails while parsing); the other flags are the
+    command's own (where and how to run); no command writes an option's flag by hand."""
+    from dataclasses import MISSING, fields
+
+    from as2hub.run_scripts import score, serve
+
+    actions = option_actions({"serve": serve, "score": score}[command].build_parser())
+    assert set(actions) == set(expected) | own
+    got = {name: (actions[name].default, tuple(actions[name].choices) if actions[name].choices else None)
+           for name in expected}  # fmt: skip
+    assert got == expected
+    by_field = {item.name: item for item in fields(options_class)}
+    for name, (default, _) in expected.items():
+        assert by_field[name].default == default and by_field[name].default is not MISSING
+    source = (ROOT / "run_scripts" / f"{command}.py").read_text()
+    for name in expected:
+        assert f'"--{name}"' not in source, f"{command}.py writes --{name} by hand: it is {options_class.__name__}'s"
+    assert not re.search(r"(?<![-\w])256\b", source), f"{command}.py writes a max length (256) of its own"
+
+
+PACKAGE_FOLDERS = (
+    "data_collators",
+    "hub_cards",
+    "inference",
+    "metrics",
+    "modeling",
+    "run_scripts",
+    "serving",
+    "training",
+)
+
+
+def test_the_default_max_length_is_written_once():
+    """256 tokens, the ranking inputs' default max length, is ``modeling/folders.py``'s ``DEFAULT_MAX_LENGTH`` only
+    (a pre-training objective's own ``default_max_length`` is another fact, of its definition)."""
+    assigned = re.compile(r"(\w*max_length)\s*(?::[^=\n]*)?=\s*256\b|DEFAULT_MAX_LENGTH\s*=")
+    found = [
+        f"{path.relative_to(ROOT)}: {match.group(0)}"
+        for folder in PACKAGE_FOLDERS
+        for path in sorted((ROOT / folder).rglob("*.py"))
+        for match in assigned.finditer(path.read_text())
+        if match.group(1) != "default_max_length"
+    ]
+    assert found == ["modeling/folders.py: DEFAULT_MAX_LENGTH ="]
+
+
+@pytest.mark.parametrize(
+    "options_class, values, message",
+    [
+        (RankerOptions, {"backend": "troch"}, "--backend must be one of auto, torch,"),
+        (RankerOptions, {"quantize": "int4"}, "--quantize must be one of int8"),
+        (RankerOptions, {"threads": 0}, "--threads must be at least 1, got 0"),
+        (RankerOptions, {"max_length": 0}, "--max_length must be at least 1, got 0"),
+        (ScoreConfig, {"batch_size": 0}, "--batch_size must be at least 1, got 0"),
+        (ServeConfig, {"cascade_drop": 1.0}, "--cascade_drop is the fraction of candidates dropped at each head, in [0, 1)"),
+        (ServeConfig, {"cascade_drop": -0.1}, "in [0, 1); got -0.1"),
+        (ServeConfig, {"max_texts": 0}, "--max_texts must be at least 1, got 0"),
+        (ServeConfig, {"max_batch_size": 0}, "--max_batch_size must be at least 1, got 0"),
+        (ServeConfig, {"batch_wait_ms": -1.0}, "--batch_wait_ms must be at least 0, got -1.0"),
+        (ServeConfig, {"overload_status": 500}, "--overload_status must be 429 or 503, got 500"),
+        (ServeConfig, {"max_queued_requests": 0}, "or -1 (no limit), got 0"),
+        (ServeConfig, {"retry_after_s": -1.0}, ">= 0, got -1.0"),
+        (ScoreConfig, {"keep_columns": ("qid", "score")}, "--keep_columns score: the output has its own 'score'"),
+    ],
+)  # fmt: skip
+def test_each_options_range_is_checked_where_the_options_are_made(options_class, values, message):
+    from as2hub.modeling.errors import ArgumentError
+
+    with pytest.raises(ArgumentError, match=re.escape(message)):
+        options_class(model="m", **values)
+    assert ServeConfig(model="m", cascade_drop=0.0, max_queued_requests=-1).cascade_drop == 0.0
+
+
+def test_argument_error_has_one_class_in_the_lowest_layer():
+    import as2hub.run_scripts.arguments
+    import as2hub.training
+    import as2hub.training.checks
+    from as2hub.modeling.errors import ArgumentError
+
+    assert as2hub.training.ArgumentError is ArgumentError
+    assert as2hub.training.checks.ArgumentError is ArgumentError
+    assert as2hub.run_scripts.arguments.ArgumentError is ArgumentError
+    for path in (ROOT / "serving").glob("*.py"):  # the serving layer no longer imports the training layer
+        assert "as2hub.training" not in path.read_text(), path.name
+
+
+def test_a_folders_trained_max_length_is_the_ranking_default(stock_checkpoint, tmp_path):
+    """``config.as2hub_max_length`` (written by ``run_as2.py``) is the max length of ranking the folder when none is
+    given: Ranker, the service's and the batch scorer's options; without it, 256; a given one wins."""
+    from as2hub.modeling.folders import record_max_length
+
+    source = stock_checkpoint("bert")
+    tokenizer = AutoTokenizer.from_pretrained(source)
+    model = CONTEXTUAL_MODELS["bert"][1].from_pretrained(source, contextual=False)
+    plain, trained = tmp_path / "plain", tmp_path / "trained"
+    model.save_pretrained(plain)
+    tokenizer.save_pretrained(plain)
+    record_max_length(model.config, 40)
+    model.save_pretrained(trained)
+    tokenizer.save_pretrained(trained)
+    assert Ranker.from_pretrained(trained).max_length == 40
+    assert Ranker.from_pretrained(plain).max_length == 256
+    assert Ranker.from_pretrained(trained, max_length=24).max_length == 24
+    for options_class in (ServeConfig, ScoreConfig):
+        assert options_class(model=str(trained)).load_ranker().max_length == 40
+        assert options_class(model=str(trained), max_length=24).load_ranker().max_length == 24
+        assert options_class(model=str(plain)).load_ranker().max_length == 256

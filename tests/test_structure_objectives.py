@@ -9,7 +9,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from as2hub.data_collators.structure_objectives import (
+from as2hub.data_collators.objectives.structure_objectives import (
     IGNORE_LABEL,
     OBJECTIVES,
     PAIR_OBJECTIVES,

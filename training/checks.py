@@ -4,14 +4,13 @@ given. A failed check raises :class:`ArgumentError`: one line on the command lin
 
 import logging
 
+from as2hub.modeling.errors import ArgumentError
 from as2hub.modeling.loading import transformers_quiet
 from as2hub.modeling.registry import position_offset
 
 logger = logging.getLogger("as2hub")
 
-
-class ArgumentError(ValueError):
-    """Invalid or contradictory command-line arguments; the message says what to change."""
+__all__ = ["TINY_ROBERTA", "ArgumentError", "check_max_length", "check_slot_budget", "load_config", "usable_positions"]
 
 
 def usable_positions(config) -> int | None:

@@ -11,8 +11,8 @@ import numpy as np
 from transformers import AutoConfig, AutoTokenizer
 
 from as2hub.data_collators import AS2DataError, ScoreColumn, group_candidates, load_fv_data
-from as2hub.data_collators.joint_data import questions_in_order
-from as2hub.data_collators.tokenizer_training import embedded_tokenizer
+from as2hub.data_collators.collators.tokenizer_training import embedded_tokenizer
+from as2hub.data_collators.readers.joint_data import questions_in_order
 from as2hub.inference.joint_ranking import cascade_order
 from as2hub.metrics import compute_as2_metrics
 from as2hub.modeling import JointMultiCandidateModel

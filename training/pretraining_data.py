@@ -19,7 +19,7 @@ from as2hub.data_collators import (
     generate_pretraining_dataset,
     load_documents,
 )
-from as2hub.data_collators.stream_resume import PositionTrackingCollator
+from as2hub.data_collators.objectives.stream_resume import PositionTrackingCollator
 from as2hub.training.checks import ArgumentError
 
 logger = logging.getLogger("as2hub.run_pretrain")

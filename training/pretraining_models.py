@@ -10,7 +10,7 @@ import logging
 from transformers import AutoTokenizer
 
 from as2hub.data_collators import Objective, resolve_objective
-from as2hub.data_collators.tokenizer_training import train_corpus_tokenizer
+from as2hub.data_collators.collators.tokenizer_training import train_corpus_tokenizer
 from as2hub.modeling import JOINT_PRETRAINING_MODELS, SSP_MODELS
 from as2hub.modeling.loading import load_checkpoint
 from as2hub.training.checks import TINY_ROBERTA, ArgumentError, load_config

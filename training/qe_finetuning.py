@@ -11,11 +11,11 @@ import logging
 import numpy as np
 from transformers import AutoTokenizer
 
-from as2hub.data_collators.hotpotqa import to_official_gold
-from as2hub.data_collators.hotpotqa_encoding import HotpotQAEncoder
-from as2hub.data_collators.hotpotqa_markers import add_marker_tokens
-from as2hub.data_collators.qe_tasks import default_question_types
-from as2hub.data_collators.tokenizer_training import train_corpus_tokenizer
+from as2hub.data_collators.collators.hotpotqa_encoding import HotpotQAEncoder
+from as2hub.data_collators.collators.hotpotqa_markers import add_marker_tokens
+from as2hub.data_collators.collators.tokenizer_training import train_corpus_tokenizer
+from as2hub.data_collators.readers.hotpotqa import to_official_gold
+from as2hub.data_collators.readers.qe_tasks import default_question_types
 from as2hub.metrics.hotpotqa import best_spans, hotpotqa_evaluate, qe_map, select_supporting_facts
 from as2hub.modeling import LongformerQEConfig, LongformerWithQEContrastive
 from as2hub.training.checks import ArgumentError, load_config

@@ -1,13 +1,13 @@
 """Resuming a pre-training run: exact streaming resume wired into a trainer, a checkpoint already at ``max_steps``
 kept as the final model, and the report of a run stopped by SIGTERM. The stream bookkeeping itself
-(``as2hub_stream_state.json``, :class:`~as2hub.data_collators.stream_resume.GracefulStop`) is
-:mod:`as2hub.data_collators.stream_resume`."""
+(``as2hub_stream_state.json``, :class:`~as2hub.data_collators.objectives.stream_resume.GracefulStop`) is
+:mod:`as2hub.data_collators.objectives.stream_resume`."""
 
 import json
 import logging
 import os
 
-from as2hub.data_collators.stream_resume import prepare_exact_resume
+from as2hub.data_collators.objectives.stream_resume import prepare_exact_resume
 
 logger = logging.getLogger("as2hub.run_pretrain")
 

@@ -17,7 +17,7 @@ import numpy as np
 import torch
 from transformers import Trainer
 
-from as2hub.data_collators.stream_resume import StreamStateMixin
+from as2hub.data_collators.objectives.stream_resume import StreamStateMixin
 from as2hub.metrics.classification import balanced_accuracy_at_prior, roc_auc
 
 COMPONENTS = ("mlm_loss", "rtd_loss", "cls_loss", "cls_accuracy", "rtd_accuracy")
@@ -33,7 +33,7 @@ def allow_data_dependent_shapes() -> None:
 
 class SSPTrainer(StreamStateMixin, Trainer):
     """``Trainer`` for the SSP pre-training models (``compute_metrics`` is built in; exact streaming resume: see
-    :mod:`~as2hub.data_collators.stream_resume`). With ``--torch_compile`` the forward compiles to one graph
+    :mod:`~as2hub.data_collators.objectives.stream_resume`). With ``--torch_compile`` the forward compiles to one graph
     (:func:`allow_data_dependent_shapes`)."""
 
     def __init__(self, *args, **kwargs):

@@ -28,8 +28,9 @@ from pathlib import Path
 
 import datasets
 
+from as2hub.data_collators.objectives.structure_objectives import derive_seed
+
 from .as2_data import AS2DataError, question_id_for
-from .structure_objectives import derive_seed
 from .text_files import base_suffix, open_text, read_json_records
 
 GROUPINGS = ("all", "top_k")

@@ -17,7 +17,7 @@ from collections.abc import Iterable
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 from transformers import PreTrainedTokenizerFast
 
-from .corpus import iter_documents
+from as2hub.data_collators.readers.corpus import iter_documents
 
 logger = logging.getLogger(__name__)
 

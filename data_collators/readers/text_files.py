@@ -12,7 +12,7 @@ invalid JSON and non-object records in one wording, e.g. ``data/dev.jsonl: line 
 Expecting value``.
 
 Example:
-    >>> from as2hub.data_collators.as2_data import AS2DataError
+    >>> from as2hub.data_collators.readers.as2_data import AS2DataError
     >>> text = read_text("answers.jsonl", AS2DataError)  # doctest: +SKIP
     >>> for record in read_json_records("answers.jsonl", AS2DataError):  # doctest: +SKIP
     ...     print(record.where, record.value["question"])

@@ -5,7 +5,7 @@ Tokenize once with :func:`tokenize_as2` (``datasets.map``, batched, fast tokeniz
 collator.
 
 Example:
-    >>> collator = ContextualAS2Collator(tokenizer, max_length=256, contextual=True)  # doctest: +SKIP
+    >>> collator = ContextualAS2Collator(tokenizer, contextual=True)  # doctest: +SKIP
     >>> train = tokenize_as2(data.dataset, tokenizer)  # doctest: +SKIP
     >>> Trainer(model=model, data_collator=collator, train_dataset=train, ...)  # doctest: +SKIP
 """
@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from as2hub.modeling.folders import DEFAULT_MAX_LENGTH
 from as2hub.modeling.segment_layout import SegmentLayout, pad_batch
 
 TEXT_COLUMNS = ("question", "candidate", "context")
@@ -46,7 +47,7 @@ class ContextualAS2Collator:
 
     Args:
         tokenizer: the model's tokenizer (its special-token layout is read from a pair encoding).
-        max_length: total length after truncation, longest segment first (default 256, as the paper).
+        max_length: total length after truncation, longest segment first (default ``modeling/folders.py``'s ``DEFAULT_MAX_LENGTH``, as the paper).
         contextual: three segments (question, candidate, context) when True, the stock pair otherwise.
         num_token_types: rows of the model's token-type table; segment ids are clamped below it, so a pairwise
             RoBERTa (one row) gets zeros as in its original design. Defaults to the number of segments.
@@ -54,7 +55,7 @@ class ContextualAS2Collator:
     """
 
     tokenizer: object
-    max_length: int = 256
+    max_length: int = DEFAULT_MAX_LENGTH
     contextual: bool = True
     num_token_types: int | None = None
     pad_to_multiple_of: int | None = 8

@@ -22,9 +22,8 @@ import numpy as np
 import torch
 from transformers import DataCollatorForLanguageModeling
 
+from as2hub.data_collators.objectives.structure_objectives import resolve_objective
 from as2hub.modeling.segment_layout import SegmentLayout, longest_first_lengths, pad_batch
-
-from .structure_objectives import resolve_objective
 
 TEXT_COLUMNS = ("text_a", "text_b", "text_c")
 TOKEN_COLUMNS = ("tokens_a", "tokens_b", "tokens_c")

@@ -3,8 +3,9 @@ evidence task (``wikiqa_distractor``), or the embedded smoke task.
 
 ``embedded`` needs nothing but Python: the sentence-selection task of ``run_as2.py`` (``as2_datasets``: the first
 sentence of a paragraph of Python's own docs is the "question", the other sentences of its paragraph are its evidence)
-turned into distractor records exactly as WikiQA is (:func:`~as2hub.data_collators.hotpotqa.distractor_records`),
-with 2 distractor passages by default so that a tiny model reads it quickly. A smoke-test task, not a benchmark.
+turned into distractor records exactly as WikiQA is
+(:func:`~as2hub.data_collators.readers.hotpotqa.distractor_records`), with 2 distractor passages by default so that
+a tiny model reads it quickly. A smoke-test task, not a benchmark.
 """
 
 import collections
@@ -16,14 +17,14 @@ from collections.abc import Callable
 
 import datasets
 
-from as2hub.data_collators.as2_data import AS2DataError, read_wikiqa, resolve_wikiqa
-from as2hub.data_collators.as2_splits import EMBEDDED_SPLITS, embedded_as2_split
-from as2hub.data_collators.hotpotqa import (
+from as2hub.data_collators.readers.as2_data import AS2DataError, read_wikiqa, resolve_wikiqa
+from as2hub.data_collators.readers.as2_splits import EMBEDDED_SPLITS, embedded_as2_split
+from as2hub.data_collators.readers.hotpotqa import (
     WIKIQA_QUESTION_TYPES,
     HotpotQAData,
     read_hotpotqa,
 )
-from as2hub.data_collators.text_files import open_text
+from as2hub.data_collators.readers.text_files import open_text
 from as2hub.modeling.longformer_qe.configuration_longformer_qe import DEFAULT_ANSWER_TYPES
 
 logger = logging.getLogger(__name__)

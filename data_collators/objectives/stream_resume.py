@@ -38,8 +38,8 @@ from typing import Any
 import torch
 from transformers import TrainerCallback
 
-from as2hub.data_collators.pretraining_data import STREAM_POSITION_KEY, stream_state_from_positions
-from as2hub.data_collators.structure_objectives import derive_seed
+from as2hub.data_collators.objectives.pretraining_examples import STREAM_POSITION_KEY, stream_state_from_positions
+from as2hub.data_collators.objectives.structure_objectives import derive_seed
 
 logger = logging.getLogger("as2hub.stream_resume")
 

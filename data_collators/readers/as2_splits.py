@@ -12,8 +12,8 @@ import random
 
 import datasets
 
-from as2hub.data_collators.as2_data import AS2Data, load_as2_data, read_wikiqa
-from as2hub.data_collators.corpus import iter_documents
+from as2hub.data_collators.readers.as2_data import AS2Data, load_as2_data, read_wikiqa
+from as2hub.data_collators.readers.corpus import iter_documents
 
 logger = logging.getLogger(__name__)
 

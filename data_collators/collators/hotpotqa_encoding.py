@@ -28,10 +28,7 @@ import datasets
 import numpy as np
 import torch
 
-from as2hub.modeling.longformer_qe.configuration_longformer_qe import DEFAULT_ANSWER_TYPES
-from as2hub.modeling.longformer_qe.modeling_longformer_qe import infer_marker_inputs
-
-from .hotpotqa import (
+from as2hub.data_collators.readers.hotpotqa import (
     MIN_LENGTH,
     TRUNCATED_EVIDENCE_POLICIES,
     HotpotQAData,
@@ -39,6 +36,9 @@ from .hotpotqa import (
     SkipExample,
     find_answer,
 )
+from as2hub.modeling.longformer_qe.configuration_longformer_qe import DEFAULT_ANSWER_TYPES
+from as2hub.modeling.longformer_qe.modeling_longformer_qe import infer_marker_inputs
+
 from .hotpotqa_markers import marker_token_ids
 
 logger = logging.getLogger(__name__)

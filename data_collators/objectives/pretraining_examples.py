@@ -1,7 +1,7 @@
 """Structure-aware pre-training examples, materialised or on the fly, from the same pure functions.
 
-Documents (``list[list[str]]``, see :mod:`.corpus`) are grouped into *document batches* of
-``documents_per_batch`` consecutive documents; a batch is the unit of generation (easy negatives
+Documents (``list[list[str]]``, see :mod:`~as2hub.data_collators.readers.corpus`) are grouped into
+*document batches* of ``documents_per_batch`` consecutive documents; a batch is the unit of generation (easy negatives
 come from the other documents of the batch).  Batch ``b`` of epoch ``e`` is always generated with
 the seed ``derive_seed(seed, e, b)``, so the result does not depend on how the work is split:
 
@@ -179,7 +179,7 @@ def _as_documents_dataset(documents: Any) -> datasets.Dataset:
             raise ValueError(f"documents dataset needs a 'paragraphs' column (columns: {documents.column_names})")
         return documents
     if isinstance(documents, Sequence):
-        from .corpus import DOCUMENT_FEATURES
+        from as2hub.data_collators.readers.corpus import DOCUMENT_FEATURES
 
         docs = list(documents)
         return datasets.Dataset.from_dict(
@@ -265,8 +265,8 @@ def generate_pretraining_dataset(
     """Materialise the examples of ``objective`` for all documents with ``Dataset.map``.
 
     Args:
-        documents: a documents table (``paragraphs`` column, e.g. from :func:`.corpus.load_documents`)
-            or a list of documents.
+        documents: a documents table (``paragraphs`` column, e.g. from
+            :func:`~as2hub.data_collators.readers.corpus.load_documents`) or a list of documents.
         objective: see :data:`.structure_objectives.OBJECTIVES`.
         seed: global seed; document batch ``b`` uses ``derive_seed(seed, 0, b)``.
         documents_per_batch: documents per objective batch (source of easy negatives).
@@ -389,8 +389,8 @@ class StructurePretrainingIterableDataset(torch.utils.data.IterableDataset):
         documents: random-access documents (a :class:`datasets.Dataset` with a ``paragraphs``
             column, or a list of documents) or any other iterable of documents / rows with a
             ``paragraphs`` field (e.g. a streaming ``datasets.IterableDataset`` from
-            :func:`.corpus.documents_from_dataset`).  An iterable source is read in order by every
-            consumer, which keeps only its own batches (``shuffle_documents`` does not apply; its
+            :func:`~as2hub.data_collators.readers.corpus.documents_from_dataset`).  An iterable source is read in
+            order by every consumer, which keeps only its own batches (``shuffle_documents`` does not apply; its
             ``set_epoch`` is forwarded; ``*_doc`` provenance holds stream positions).  A
             ``datasets.IterableDataset`` shards itself across dataloader workers (give it at least
             ``num_workers`` shards, otherwise some workers idle); batches are then dealt across ranks.
