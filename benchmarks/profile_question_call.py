@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import cProfile
 import gc
-import json
 import logging
 import os
 import pstats
@@ -97,8 +96,10 @@ def split_profile(profile: cProfile.Profile) -> dict:
     top = []
     for (filename, _, name), (_, _, tottime, cumtime, _) in stats.stats.items():
         label = f"{Path(filename).name}:{name}" if filename != "~" else name
-        if "InferenceSession' objects" in name or name.endswith(".run' of 'onnxruntime.capi") or (
-            "onnxruntime" in name and "run" in name
+        if (
+            "InferenceSession' objects" in name
+            or name.endswith(".run' of 'onnxruntime.capi")
+            or ("onnxruntime" in name and "run" in name)
         ):
             session += tottime
         elif "encode_batch" in name or "tokenizers.Tokenizer" in name:
