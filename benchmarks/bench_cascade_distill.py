@@ -39,7 +39,7 @@ METRICS = ("map", "mrr", "p@1")
 
 def questions_of(split: str, max_questions=None):
     """[(question_id, question, [candidates], [labels])] of the clean WikiQA ``split``, in file order."""
-    from as2hub.data_collators.as2_data import read_wikiqa
+    from as2hub.data_collators.readers.as2_data import read_wikiqa
 
     data = read_wikiqa(split, clean=True).dataset
     grouped: dict = {}
