@@ -55,7 +55,7 @@ from as2hub.run_scripts.arguments import (
     setup_logging,
     without_evaluation,
 )
-from as2hub.training.cascade_heads import train_cascade_heads
+from as2hub.training.cascade_heads import check_head_target, train_cascade_heads
 
 logger = logging.getLogger("as2hub.run_as2")
 
@@ -108,6 +108,19 @@ class ModelArguments(LoraArguments):
             "states of the frozen encoder computed once (the full model's scores do not change); a cheap step, e.g. "
             "10 epochs at lr 1e-3 (training/cascade_heads.py)."
         },
+    )
+
+    cascade_head_target: str = field(
+        default="labels",
+        metadata={
+            "help": "With --cascade_heads_only, what the heads learn: 'labels' (the rows' labels), 'distill' (the frozen "
+            "full model's scores on the same rows: KL from its probability to the head's) or 'both' (weighted by "
+            "--cascade_distill_weight); recorded in the run record (training/cascade_heads.py)."
+        },
+    )
+    cascade_distill_weight: float = field(
+        default=0.5,
+        metadata={"help": "With --cascade_head_target both: the distillation loss's share, in [0, 1]."},
     )
 
     def cascade_overrides(self) -> dict:
@@ -251,6 +264,15 @@ def check_arguments(model_args: ModelArguments, data_args: DataArguments) -> Non
             "--cascade_heads_only trains new cascade heads on a fine-tuned ranker: pass --model_name_or_path <ranker> "
             "and --cascade_layers"
         )
+    try:
+        check_head_target(model_args.cascade_head_target, model_args.cascade_distill_weight)
+    except ValueError as error:
+        raise ArgumentError(f"--cascade_head_target / --cascade_distill_weight: {error}") from None
+    if model_args.cascade_head_target != "labels" and not model_args.cascade_heads_only:
+        raise ArgumentError(
+            f"--cascade_head_target {model_args.cascade_head_target} distills the full model into new heads on a "
+            "fine-tuned ranker: it needs --cascade_heads_only"
+        )
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -304,7 +326,14 @@ def main(argv: list[str] | None = None) -> dict:
     if model_args.cascade_heads_only:  # the cheap step: the heads alone, on cached first-token states
         dev_ids = splits["validation"].dataset["question_id"] if has_dev else None
         train_metrics = train_cascade_heads(
-            model, collator, tokenized["train"], tokenized.get("validation"), dev_ids, training_args
+            model,
+            collator,
+            tokenized["train"],
+            tokenized.get("validation"),
+            dev_ids,
+            training_args,
+            target=model_args.cascade_head_target,
+            distill_weight=model_args.cascade_distill_weight,
         )
     else:
         train_metrics = trainer.train(resume_from_checkpoint=resume).metrics
