@@ -744,6 +744,15 @@ def test_a_replica_killed_under_load_loses_no_request(service, folders):
     url = f"{service}/faults/rerank"
     expected = post(url, slow_request(200), timeout=120)
     assert expected.status_code == 200
+    # A kill that lands between two requests of a replica (or on requests Ray Serve reassigns itself before they
+    # start) retries nothing; that kill still must lose no request, and the scenario runs once more (at most twice).
+    retried = kill_a_busy_replica(service, url, expected) or kill_a_busy_replica(service, url, expected)
+    assert retried, "the kill hit no request in flight, twice: make slow_request bigger"
+
+
+def kill_a_busy_replica(service: str, url: str, expected) -> int:
+    """3 clients on /faults; the busiest scoring replica SIGKILLed; every answer 200 with the expected scores, the
+    ingress's counts consistent. Returns how many requests the ingress re-sent."""
     wait_for_scoring_replicas("faults", 2)  # an earlier test's load may have left Serve replacing a replica
     pids = scoring_replica_pids("faults")
     before = ingress_counts(f"{service}/faults")
@@ -766,13 +775,13 @@ def test_a_replica_killed_under_load_loses_no_request(service, folders):
     after = ingress_counts(f"{service}/faults")
     statuses = [a.status_code for a in answers]
     print(f"{len(answers)} requests: {sorted(statuses)}; ingress {before} -> {after}")
-    assert after["retried"] > before["retried"], "the kill hit no request in flight: make slow_request bigger"
     assert statuses == [200] * len(answers), [a.text[:200] for a in answers if a.status_code != 200]
     for answer in answers:
         assert_same_scores(answer, expected)
     assert after["recovered"] - before["recovered"] == after["retried"] - before["retried"]
     assert after["unavailable"] == before["unavailable"]
     wait_for_scoring_replicas("faults", 2)  # Serve has started a replica in place of the dead one
+    return after["retried"] - before["retried"]
 
 
 @needs_serve
