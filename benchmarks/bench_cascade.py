@@ -80,13 +80,13 @@ def parse_args(argv=None):
     return args
 
 
-def questions_of(max_questions):
-    """[(question_id, question, [candidates], [labels])] of the clean WikiQA test set, in file order."""
+def questions_of(max_questions, split: str = "test"):
+    """[(question_id, question, [candidates], [labels])] of the clean WikiQA ``split``, in file order."""
     from as2hub.data_collators.readers.as2_data import read_wikiqa
 
-    test = read_wikiqa("test", clean=True).dataset
+    data = read_wikiqa(split, clean=True).dataset
     grouped: dict = {}
-    for qid, question, candidate, label in zip(test["question_id"], test["question"], test["candidate"], test["label"]):
+    for qid, question, candidate, label in zip(data["question_id"], data["question"], data["candidate"], data["label"]):
         grouped.setdefault(qid, (question, [], []))
         grouped[qid][1].append(candidate)
         grouped[qid][2].append(int(label))

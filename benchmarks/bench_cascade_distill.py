@@ -28,27 +28,13 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_cascade import ranked_lists  # noqa: E402
+from bench_cascade import questions_of, ranked_lists  # noqa: E402
 from bench_ranking_throughput import cpu_record  # noqa: E402
 from bench_utils import RESULTS_DIR, machine_info, now_iso, paired_bootstrap_metrics, write_json  # noqa: E402
 from bench_wikiqa_quality import per_question  # noqa: E402
 
 logger = logging.getLogger("bench_cascade_distill")
 METRICS = ("map", "mrr", "p@1")
-
-
-def questions_of(split: str, max_questions=None):
-    """[(question_id, question, [candidates], [labels])] of the clean WikiQA ``split``, in file order."""
-    from as2hub.data_collators.readers.as2_data import read_wikiqa
-
-    data = read_wikiqa(split, clean=True).dataset
-    grouped: dict = {}
-    for qid, question, candidate, label in zip(data["question_id"], data["question"], data["candidate"], data["label"]):
-        grouped.setdefault(qid, (question, [], []))
-        grouped[qid][1].append(candidate)
-        grouped[qid][2].append(int(label))
-    items = [(qid, q, c, y) for qid, (q, c, y) in grouped.items()]
-    return items[:max_questions] if max_questions else items
 
 
 def main(argv=None) -> dict:
@@ -68,7 +54,7 @@ def main(argv=None) -> dict:
 
     systems = dict(part.split("=", 1) for part in args.systems.split(","))
     drops = [float(d) for d in args.drops.split(",")]
-    data = questions_of(args.split, args.max_questions)
+    data = questions_of(args.max_questions, split=args.split)
     qids = [qid for qid, _, cands, _ in data for _ in cands]
     labels = [y for _, _, _, ys in data for y in ys]
     load = {"start": list(os.getloadavg())}
