@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import BACKBONES, TEST_THREADS, TINY
+from helpers import BACKBONES, TEST_THREADS, TINY, long_lane
 from tokenizers import Tokenizer
 from transformers import PreTrainedTokenizerFast
 
@@ -124,3 +124,16 @@ def pytest_collection_modifyitems(config, items):
         return rank.get(units[item.nodeid] or getattr(item, "originalname", item.name), len(rank))
 
     items.sort(key=order)  # stable: a group's tests, and the rest, keep their order
+
+
+def pytest_terminal_summary(terminalreporter, config):
+    """``make test`` (``-m "not long"``, what CI runs) names the long lane it left out and how to run it: nothing is
+    left out silently."""
+    if "not long" not in (config.getoption("markexpr") or ""):
+        return
+    terminalreporter.section("long lane: left out of this run")
+    for nodeid in long_lane():
+        terminalreporter.write_line(nodeid)
+    terminalreporter.write_line(
+        "`make test-long` (or `pytest -m long`) runs them: about 11 minutes on one core (AVX2 EPYC), seconds on a GPU"
+    )

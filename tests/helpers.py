@@ -1,5 +1,6 @@
 """Constants and small helpers shared by the tests (importable thanks to `pythonpath = ["tests"]` in pyproject)."""
 
+import ast
 import contextlib
 import importlib.util
 import logging
@@ -24,6 +25,32 @@ BACKBONES = {
     "electra": ("bert", ElectraConfig, ElectraModel, 2),
     "bert": ("bert", BertConfig, BertModel, 2),
 }
+
+
+TESTS = Path(__file__).resolve().parent
+
+
+def long_lane() -> list[str]:
+    """The node ids (``tests/<file>::<test>``) of the tests marked ``@pytest.mark.long``, read from the source by
+    ``ast`` (the xdist controller that prints the summary collects nothing itself)."""
+
+    def is_long(decorator) -> bool:
+        return (
+            isinstance(decorator, ast.Attribute)
+            and decorator.attr == "long"
+            and ast.unparse(decorator)
+            in (
+                "pytest.mark.long",
+                "mark.long",
+            )
+        )
+
+    found = []
+    for path in sorted(TESTS.glob("test_*.py")):
+        for node in ast.parse(path.read_text()).body:
+            if isinstance(node, ast.FunctionDef) and any(is_long(d) for d in node.decorator_list):
+                found.append(f"tests/{path.name}::{node.name}")
+    return found
 
 
 def needs_wikiqa():

@@ -55,13 +55,14 @@ def test_joint_minilm_learns_which_candidate_matches_the_question():
     before = top1(model, collator, held_out)
     optimizer = torch.optim.AdamW(model.parameters(), lr=5e-5)
     losses = []
-    for _ in range(60):
+    for _ in range(30):
         loss = model(**collator([example(rng) for _ in range(8)])).loss
         loss.backward()
         optimizer.step()
         optimizer.zero_grad()
         losses.append(loss.item())
     after = top1(model, collator, held_out)
-    # Chance is 1/k = 0.25 and the untrained head is near it; ~0.96 after 60 steps when measured.
+    # Chance is 1/k = 0.25 and the untrained head is near it (0.23). Measured 2026-11-28 (AVX2 EPYC, 1 thread): 0.71
+    # after 20 steps, 0.92 after 30 (this test's budget), 0.96 after 50-60; the run is seeded.
     assert after >= 0.75 and after > before + 0.3, (before, after)
     assert sum(losses[-10:]) < sum(losses[:10])

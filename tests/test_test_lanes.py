@@ -1,0 +1,55 @@
+"""The suite's lanes: ``make test`` (what CI runs, under 15 minutes on 2 cores) leaves out the long lane and names
+it at the end of its output; ``make test-long`` runs it. Nothing is left out silently."""
+
+import re
+import subprocess
+import sys
+
+import pytest
+from helpers import TESTS, long_lane
+
+ROOT = TESTS.parent
+# The lane as it stands: a test enters it by a decision written here, not by its mark alone.
+LONG_LANE = ["tests/test_run_pretrain.py::test_default_run_lowers_mlm_loss_and_learns_the_sentence_task"]
+
+
+def pytest_run(*args: str) -> subprocess.CompletedProcess:
+    command = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:randomly", *args]
+    return subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=600)
+
+
+def test_the_long_lane_is_what_pytest_selects_with_its_mark():
+    assert long_lane() == LONG_LANE
+    # Every file that could mark a test long (by decorator, or a module's or class's ``pytestmark``); collecting all
+    # of them costs the suite's import time.
+    files = [
+        f"tests/{path.name}"
+        for path in sorted(TESTS.glob("test_*.py"))
+        if re.search(r"mark\.long|pytestmark", path.read_text())
+    ]
+    result = pytest_run("--collect-only", "-q", "-m", "long", *files)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    selected = [line for line in result.stdout.splitlines() if "::" in line]
+    assert selected == LONG_LANE
+
+
+@pytest.mark.slow
+def test_make_test_names_the_long_lane_it_leaves_out():
+    result = pytest_run("-q", "-m", "not long", "tests/test_run_pretrain.py", "-k", "default_run or unpadded_defaults")
+    assert result.returncode == 0, result.stdout[-3000:]
+    summary = result.stdout[result.stdout.index("long lane: left out of this run") :]
+    assert LONG_LANE[0] in summary and "make test-long" in summary
+    assert re.search(r"\b1 passed\b", result.stdout), result.stdout[
+        -2000:
+    ]  # the other one of the two, not the long one
+    # Without the lane's expression (`pytest -m long`, plain `pytest`), there is nothing to name.
+    result = pytest_run("-q", "tests/test_run_pretrain.py", "-k", "unpadded_defaults")
+    assert result.returncode == 0 and "long lane" not in result.stdout
+
+
+def test_the_makefile_runs_the_lane_apart():
+    makefile = (ROOT / "Makefile").read_text()
+    test = makefile[makefile.index("\ntest:") : makefile.index("\ntest-long:")]
+    long = makefile[makefile.index("\ntest-long:") :].split("\n\n")[0]
+    assert '-m "not long"' in test and "-n 2" in test
+    assert "-m long" in long and "not long" not in long
