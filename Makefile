@@ -19,12 +19,13 @@ demo: $(BIN)/python
 
 # The test suite, as CI runs it (non-editable install: checks what users get from `pip install .`); the onnx extra
 # so that the ONNX Runtime tests run, the serve extra (Ray Serve, Ray Data) so that the service and batch-scoring tests run;
-# two pytest-xdist workers (2 CPUs in CI; tests/conftest.py keeps the Ray tests on one worker, longest tests first).
+# two pytest-xdist workers (2 CPUs in CI; tests/conftest.py keeps each module with a module fixture, and the Ray
+# tests, on one worker, and hands out the longest units first: --no-loadscope-reorder keeps that order).
 # The long lane (a default run trained for minutes to show that it learns) is left out and named at the end of the
 # output, so that CI stays under 15 minutes; `make test-long` runs it (on one core, or in seconds on a GPU).
 test: $(BIN)/python
 	$(BIN)/pip install --quiet "$(TORCH)" ".[test,onnx,serve]"
-	$(BIN)/pytest -q -n 2 --dist loadgroup -m "not long"
+	$(BIN)/pytest -q -n 2 --dist loadgroup --no-loadscope-reorder -m "not long"
 
 test-long: $(BIN)/python
 	$(BIN)/pip install --quiet "$(TORCH)" ".[test,onnx,serve]"

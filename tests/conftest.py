@@ -77,7 +77,10 @@ def stock_checkpoint(tmp_path_factory, tokenizers):
 # times, 250 s, and test_serve's service twice, 245 s). So every module with a module-scoped fixture is one group, run
 # whole by one worker; the tests that start a Ray cluster share one group (one cluster at a time). The longest units
 # are handed out first (a group by its name, a test by its name), so that neither worker is left with a long one at
-# the end. Plain ``pytest`` (one process) runs them in the same order.
+# the end (``--no-loadscope-reorder``: xdist would otherwise hand out the groups with the most tests first). Plain
+# ``pytest`` (one process) runs them in the same order. The hook runs first (``tryfirst``): xdist turns the marks into
+# groups in its own hook, and the marks must be there by then; pytest 9.2 breaks that step (pytest-xdist#1386), hence
+# the test extra's pytest < 9.2, and ``tests/test_test_lanes.py`` checks that a group runs on one worker.
 RAY_MODULES = ("test_serve.py", "test_batch_scoring.py")
 LONGEST_FIRST = (
     "test_default_run_lowers_mlm_loss_and_learns_the_sentence_task",
@@ -112,6 +115,7 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
     torch.set_num_threads(TEST_THREADS)
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which turns the xdist_group marks into the nodeids' @group
 def pytest_collection_modifyitems(config, items):
     units = {}
     for item in items:

@@ -1,5 +1,7 @@
 """The suite's lanes: ``make test`` (what CI runs, under 15 minutes on 2 cores) leaves out the long lane and names
-it at the end of its output; ``make test-long`` runs it. Nothing is left out silently."""
+it at the end of its output; ``make test-long`` runs it. Nothing is left out silently. And ``make test``'s two workers
+keep each group (a module with a module-scoped fixture, the Ray modules) on one worker, so that no fixture is built
+twice."""
 
 import re
 import subprocess
@@ -53,3 +55,31 @@ def test_the_makefile_runs_the_lane_apart():
     long = makefile[makefile.index("\ntest-long:") :].split("\n\n")[0]
     assert '-m "not long"' in test and "-n 2" in test
     assert "-m long" in long and "not long" not in long
+
+
+@pytest.mark.slow
+def test_a_group_runs_whole_on_one_worker(tmp_path):
+    """What ``conftest.py`` relies on: tests given one ``xdist_group`` mark by ``pytest_collection_modifyitems`` run on
+    one worker under ``-n 2 --dist loadgroup`` (pytest 9.2 with xdist 3.8 spreads them: pytest-xdist#1386)."""
+    import conftest
+
+    # Ours runs before xdist's own hook, which turns the marks into groups (a plain hook would run after it).
+    assert conftest.pytest_collection_modifyitems.pytest_impl["tryfirst"] is True
+    (tmp_path / "conftest.py").write_text(
+        "import pytest\n\n\n"
+        "@pytest.hookimpl(tryfirst=True)\n"
+        "def pytest_collection_modifyitems(config, items):\n"
+        "    for item in items:\n"
+        "        if item.path.name == 'test_grouped.py':\n"
+        "            item.add_marker(pytest.mark.xdist_group('grouped'))\n"
+    )
+    body = "import time\n\n\n" + "".join(f"def test_{i}():\n    time.sleep(0.2)\n\n\n" for i in range(6))
+    (tmp_path / "test_grouped.py").write_text(body)
+    (tmp_path / "test_other.py").write_text(body)
+    command = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-n", "2", "--dist", "loadgroup", "-v",
+               "--rootdir", str(tmp_path), str(tmp_path)]  # fmt: skip
+    result = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stdout[-3000:]
+    workers = set(re.findall(r"\[(gw\d)\].*PASSED test_grouped\.py", result.stdout))
+    assert len(re.findall(r"PASSED test_grouped\.py", result.stdout)) == 6
+    assert len(workers) == 1, result.stdout[-3000:]
