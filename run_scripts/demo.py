@@ -7,7 +7,8 @@
 3. the test questions are ranked by the model, at random and by BM25 (word overlap), and the first three are shown
    with the saved folder loaded back through ``Ranker``.
 
-    python -m as2hub.run_scripts.demo --output_dir outputs/demo [--pretrain_steps 1500] [--finetune_epochs 2]
+    python -m as2hub.run_scripts.demo --output_dir outputs/demo [--pretrain_steps 1500] [--finetune_epochs 2] \\
+        [--eval_passes 10]
 
 The last lines printed are a table of those measures; ``demo_summary.json`` in the output folder holds them too.
 The demo owns its output folder: running it again replaces the previous demo's models (``--overwrite_output_dir``).
@@ -102,12 +103,17 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--output_dir", default="outputs/demo")
     parser.add_argument("--pretrain_steps", type=int, default=None, help="default: run_pretrain's own default")
     parser.add_argument("--finetune_epochs", type=float, default=2)
+    parser.add_argument(
+        "--eval_passes", type=int, default=None, help="held-out sampling passes (default: run_pretrain's own, 10)"
+    )
     args = parser.parse_args(argv)
     out = Path(args.output_dir)
 
     pretrain_args = ["--output_dir", str(out / "pretrain"), "--save_strategy", "no", "--overwrite_output_dir"]
     if args.pretrain_steps is not None:
         pretrain_args += ["--max_steps", str(args.pretrain_steps)]
+    if args.eval_passes is not None:
+        pretrain_args += ["--eval_passes", str(args.eval_passes)]
     pretrained = run_pretrain.main(pretrain_args)
 
     ranker_dir = out / "ranker"

@@ -164,7 +164,7 @@ def test_bad_input_names_the_file_and_row_and_writes_nothing(stock_checkpoint, t
 def test_main_job_command_runs_on_the_embedded_default(tmp_path):
     """`make demo` runs this module: pre-train, fine-tune, rank, and end with a table of what was measured."""
     command = [sys.executable, "-m", "as2hub.run_scripts.demo", "--output_dir", str(tmp_path / "demo"),
-               "--pretrain_steps", "4", "--finetune_epochs", "0.05"]  # fmt: skip
+               "--pretrain_steps", "4", "--finetune_epochs", "0.05", "--eval_passes", "1"]  # fmt: skip
     result = subprocess.run(command, capture_output=True, text=True, timeout=900)
     assert result.returncode == 0, result.stderr[-3000:]
     summary = json.loads((tmp_path / "demo" / "demo_summary.json").read_text())
@@ -172,6 +172,8 @@ def test_main_job_command_runs_on_the_embedded_default(tmp_path):
     assert set(summary["ranking"]) == {"random (expected)", "BM25 (word overlap)", "as2hub ranker"}
     assert summary["ranking"]["as2hub ranker"]["map"] == pytest.approx(summary["ranker_test"]["test_map"])
     assert summary["pretrain_before"]["before_cls_auc"] and summary["pretrain_eval"]["eval_cls_auc"]
+    # One sampling pass over the default's held-out documents: 300 examples (10 passes, the default: 3,000).
+    assert summary["pretrain_eval"]["eval_cls_items"] == summary["pretrain_before"]["before_cls_items"] == 300
     assert len(summary["examples"]) == 3
     for example in summary["examples"]:
         scores = [item["score"] for item in example["ranking"]]

@@ -35,18 +35,40 @@ def test_the_long_lane_is_what_pytest_selects_with_its_mark():
     assert selected == LONG_LANE
 
 
-@pytest.mark.slow
-def test_make_test_names_the_long_lane_it_leaves_out():
-    result = pytest_run("-q", "-m", "not long", "tests/test_run_pretrain.py", "-k", "default_run or unpadded_defaults")
-    assert result.returncode == 0, result.stdout[-3000:]
-    summary = result.stdout[result.stdout.index("long lane: left out of this run") :]
-    assert LONG_LANE[0] in summary and "make test-long" in summary
-    assert re.search(r"\b1 passed\b", result.stdout), result.stdout[
-        -2000:
-    ]  # the other one of the two, not the long one
-    # Without the lane's expression (`pytest -m long`, plain `pytest`), there is nothing to name.
-    result = pytest_run("-q", "tests/test_run_pretrain.py", "-k", "unpadded_defaults")
-    assert result.returncode == 0 and "long lane" not in result.stdout
+class Reporter:
+    """What ``pytest_terminal_summary`` writes to: the section titles and lines, in order."""
+
+    def __init__(self):
+        self.lines = []
+
+    def section(self, title, **kwargs):
+        self.lines.append(f"== {title}")
+
+    def write_line(self, line, **kwargs):
+        self.lines.append(line)
+
+
+class Config:
+    def __init__(self, markexpr):
+        self.markexpr = markexpr
+
+    def getoption(self, name):
+        assert name == "markexpr"
+        return self.markexpr
+
+
+@pytest.mark.parametrize("markexpr", ["not long", "not long and not gpu", "", "long", "not slow"])
+def test_make_test_names_the_long_lane_it_leaves_out(markexpr):
+    import conftest
+
+    reporter = Reporter()
+    conftest.pytest_terminal_summary(reporter, Config(markexpr))
+    if "not long" in markexpr:  # `make test`: the lane is named, with the command that runs it
+        assert reporter.lines[0] == "== long lane: left out of this run"
+        assert reporter.lines[1:-1] == LONG_LANE
+        assert "make test-long" in reporter.lines[-1]
+    else:  # `pytest -m long`, plain `pytest`, other lanes: nothing was left out by this lane, nothing to name
+        assert reporter.lines == []
 
 
 def test_the_makefile_runs_the_lane_apart():
