@@ -42,7 +42,10 @@ def top1(model, collator, examples) -> float:
 
 
 @pytest.mark.slow
+@pytest.mark.long
 def test_joint_minilm_learns_which_candidate_matches_the_question():
+    """The long lane (``make test-long``; CI's ``make test`` names it and leaves it out): 30 steps of MiniLM, about a
+    minute on one AVX2 core."""
     path = minilm.get_model_path()
     tokenizer = AutoTokenizer.from_pretrained(path)
     torch.manual_seed(0)

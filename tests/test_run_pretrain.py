@@ -23,7 +23,7 @@ def quick_pretrain(tmp_path, *extra, name="pre"):
 @pytest.mark.slow
 @pytest.mark.long
 def test_default_run_lowers_mlm_loss_and_learns_the_sentence_task(tmp_path):
-    """The long lane (``make test-long``; CI's ``make test`` names it and leaves it out): 1,500 steps, 11-12 minutes on
+    """The long lane (``make test-long``; CI's ``make test`` names it and leaves it out): 1,500 steps, 11 minutes on
     one AVX2 core."""
     torch.set_num_threads(TEST_THREADS)
     results = run_pretrain.main(["--output_dir", str(tmp_path / "default"), "--save_strategy", "no"])
