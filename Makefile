@@ -28,7 +28,7 @@ demo: $(BIN)/python
 # output, so that CI stays under 15 minutes; `make test-long` runs it (on one core, or in seconds on a GPU).
 test: $(BIN)/python
 	$(BIN)/pip install --quiet --no-compile "$(TORCH)" ".[test,onnx,serve]"
-	$(BIN)/python -m compileall -q -j 0 $(VENV)/lib > /dev/null
+	$(BIN)/python -m compileall -q -j 0 $(VENV)/lib > /dev/null || true  # a few files in some packages never compile; pip ignores them too
 	$(BIN)/pytest -q -n 2 --dist loadgroup --no-loadscope-reorder -m "not long"
 
 test-long: $(BIN)/python
