@@ -35,15 +35,7 @@ def long_lane() -> list[str]:
     ``ast`` (the xdist controller that prints the summary collects nothing itself)."""
 
     def is_long(decorator) -> bool:
-        return (
-            isinstance(decorator, ast.Attribute)
-            and decorator.attr == "long"
-            and ast.unparse(decorator)
-            in (
-                "pytest.mark.long",
-                "mark.long",
-            )
-        )
+        return ast.unparse(decorator) in ("pytest.mark.long", "mark.long")
 
     found = []
     for path in sorted(TESTS.glob("test_*.py")):

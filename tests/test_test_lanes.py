@@ -18,9 +18,9 @@ LONG_LANE = [
 ]
 
 
-def pytest_run(*args: str) -> subprocess.CompletedProcess:
+def pytest_run(*args: str, cwd=ROOT) -> subprocess.CompletedProcess:
     command = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:randomly", *args]
-    return subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    return subprocess.run(command, cwd=cwd, capture_output=True, text=True, timeout=600)
 
 
 def test_the_long_lane_is_what_pytest_selects_with_its_mark():
@@ -101,9 +101,7 @@ def test_a_group_runs_whole_on_one_worker(tmp_path):
     body = "import time\n\n\n" + "".join(f"def test_{i}():\n    time.sleep(0.2)\n\n\n" for i in range(6))
     (tmp_path / "test_grouped.py").write_text(body)
     (tmp_path / "test_other.py").write_text(body)
-    command = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-n", "2", "--dist", "loadgroup", "-v",
-               "--rootdir", str(tmp_path), str(tmp_path)]  # fmt: skip
-    result = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    result = pytest_run("-n", "2", "--dist", "loadgroup", "-v", "--rootdir", str(tmp_path), str(tmp_path), cwd=tmp_path)
     assert result.returncode == 0, result.stdout[-3000:]
     workers = set(re.findall(r"\[(gw\d)\].*PASSED test_grouped\.py", result.stdout))
     assert len(re.findall(r"PASSED test_grouped\.py", result.stdout)) == 6
