@@ -25,6 +25,7 @@ from dataclasses import dataclass
 
 import torch
 
+from as2hub.inference.batching import length_batches
 from as2hub.modeling.first_token import first_token_last_layer
 from as2hub.modeling.segment_layout import pad_batch
 
@@ -140,11 +141,14 @@ def cascade_scores(
     batch_size: int,
     pad_token_id: int,
     pad_to_multiple_of: int | None = 8,
+    call_cost: float = float("inf"),
 ) -> CascadeResult:
     """Score ``rows`` (``(input_ids, token_type_ids)`` built by the ranker's layout) through the cascade.
 
     ``groups[i]`` is row ``i``'s question: at each head, ``drop`` of each question's remaining rows (rounded down,
-    at least one stays) leave with that head's score. Returns every row's score and the layer that gave it.
+    at least one stays) leave with that head's score. Returns every row's score and the layer that gave it. Each
+    stage cuts its survivors into batches of at most ``batch_size`` rows by their lengths and ``call_cost``
+    (:func:`~as2hub.inference.batching.length_batches`; the default, infinite, gives full length-sorted batches).
     """
     check_cascade(model, drop)
     runner = stage_runner(model)
@@ -155,10 +159,9 @@ def cascade_scores(
     alive = list(range(len(rows)))
     for stage, end in enumerate(stages):
         last = stage == len(stages) - 1
-        order = sorted(alive, key=lambda i: len(rows[i][0]))
         stage_scores = {}
-        for offset in range(0, len(order), batch_size):
-            chunk = order[offset : offset + batch_size]
+        cuts = length_batches([len(rows[i][0]) for i in alive], batch_size, call_cost, pad_to_multiple_of)
+        for chunk in [[alive[k] for k in cut] for cut in cuts]:
             if stage == 0:
                 batch = pad_batch([rows[i] for i in chunk], pad_token_id, pad_to_multiple_of)
                 lengths = batch["attention_mask"].sum(dim=1).tolist()
