@@ -6,8 +6,9 @@ Example:
     >>> ranker.rank("who wrote hamlet?", ["Hamlet is a tragedy.", "Shakespeare wrote it."])  # doctest: +SKIP
     [RankedCandidate(index=1, score=0.93, text='Shakespeare wrote it.'), RankedCandidate(index=0, ...)]
 
-Speed comes from tokenizing every text once in one fast-tokenizer call, sorting pairs by length so each batch pads
-little, padding each batch only to its own longest row, computing the last layer for the first token only (the one
+Speed comes from tokenizing every text once in one fast-tokenizer call, sorting pairs by length and cutting them into
+batches where padding plus a fixed cost per pass costs least (:mod:`as2hub.inference.batching`), padding each batch
+only to its own longest row, computing the last layer for the first token only (the one
 the head reads, :mod:`as2hub.modeling.first_token`) and running under ``torch.inference_mode``. ``Ranker.from_pretrained(path, backend="auto")`` runs the same batches on the fastest
 correct backend for the machine: ONNX Runtime int8 (:mod:`as2hub.inference.onnx_runtime`), torch bf16 where the CPU
 has bf16 hardware, fp16/bf16 on a GPU (:mod:`as2hub.inference.backends`, ``inference/BACKENDS.md``).
