@@ -7,8 +7,9 @@
 Layer 1 (``ARCHITECTURE.md``): it reads saved models through ``as2hub.modeling`` and nothing above; training, serving,
 the Hub cards and the commands use it. The modules: ``ranking`` (:class:`Ranker`), ``joint_ranking``
 (:class:`JointRanker`), ``backends`` (the backend names, ``auto``, :class:`ScoringModel`), ``cascade`` (the layer
-cascade), ``onnx_export`` (``as2hub-export-onnx``: the graphs and their int8 quantization), ``onnx_runtime`` (the ONNX
-Runtime session, :class:`OnnxRankerModel`) and ``onnx_cascade`` (the cascade's stage graphs). What a saved ranker
+cascade), ``batching`` (which pairs share a forward pass), ``onnx_export`` (``as2hub-export-onnx``: the graphs and
+their int8 quantization), ``onnx_runtime`` (the ONNX Runtime session, :class:`OnnxRankerModel`) and ``onnx_cascade``
+(the cascade's stage graphs). What a saved ranker
 folder holds (``check_ranker_folder``, ``weights_sha256``, the graph file names) is ``as2hub.modeling.folders``.
 """
 
