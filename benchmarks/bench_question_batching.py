@@ -53,14 +53,14 @@ def parse_args(argv=None):
 
 def padding_and_calls(ranker, items) -> tuple[float, int]:
     """Share of the computed tokens that are padding, and the number of passes, over ``items``' questions."""
+    from as2hub.inference.batching import padded_length
+
     computed = real = calls = 0
     for _, question, candidates, _ in items:
         rows = ranker._rows([question] * len(candidates), candidates, None)
         lengths = [len(ids) for ids, _ in rows]
         for batch in ranker.batches(lengths):
-            longest = max(lengths[i] for i in batch)
-            if ranker.pad_to_multiple_of:
-                longest = -(-longest // ranker.pad_to_multiple_of) * ranker.pad_to_multiple_of
+            longest = padded_length(max(lengths[i] for i in batch), ranker.pad_to_multiple_of)
             computed += longest * len(batch)
             real += sum(lengths[i] for i in batch)
             calls += 1
