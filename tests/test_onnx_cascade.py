@@ -259,3 +259,18 @@ def test_a_model_with_dropout_exports_its_stages_in_eval_mode(tokenizers, tmp_pa
     expected = reference.rank(QUESTION, CANDIDATES, CONTEXTS, cascade_drop=0.5)
     assert [(c.index, c.layer) for c in got] == [(c.index, c.layer) for c in expected]
     assert [c.score for c in got] == pytest.approx([c.score for c in expected], abs=1e-3)  # the bug: 0.03-0.06
+
+
+@pytest.mark.parametrize("backbone", sorted(BACKBONES))
+def test_int8_stage_graphs_keep_the_heads_in_fp32_and_quantize_the_encoder(cascade_folder, backbone):
+    import onnx
+
+    folder, model, _ = cascade_folder(backbone, True)
+    for stage in range(len(model.config.cascade_layers)):
+        graph = onnx.load(str(folder / "onnx" / stage_graph_file(stage, "int8"))).graph
+        head = [node for node in graph.node if node.name.startswith(f"/cascade_heads.{stage}/")]
+        int8_ops = {"MatMulInteger", "MatMulIntegerToFloat", "DynamicQuantizeMatMul"}
+        assert any(node.op_type in ("MatMul", "Gemm") for node in head), [n.op_type for n in head]
+        assert not [node.name for node in head if node.op_type in int8_ops]
+        # the encoder layers of the stage are int8 as before
+        assert any(node.op_type in int8_ops for node in graph.node if "/layer." in node.name)
