@@ -51,14 +51,17 @@ def parse_args(argv=None):
     return args
 
 
-def padding_and_calls(ranker, items) -> tuple[float, int]:
-    """Share of the computed tokens that are padding, and the number of passes, over ``items``' questions."""
-    from as2hub.inference.batching import padded_length
+def question_lengths(ranker, items) -> list[list[int]]:
+    """Per question, each pair's token length (the same for every system: one tokenizer, one layout)."""
+    return [[len(ids) for ids, _ in ranker._rows([q] * len(c), c, None)] for _, q, c, _ in items]
+
+
+def padding_and_calls(ranker, per_question: list[list[int]]) -> tuple[float, int]:
+    """Share of the computed tokens that are padding, and the number of passes, over the questions' pair lengths."""
+    from as2hub.modeling.segment_layout import padded_length
 
     computed = real = calls = 0
-    for _, question, candidates, _ in items:
-        rows = ranker._rows([question] * len(candidates), candidates, None)
-        lengths = [len(ids) for ids, _ in rows]
+    for lengths in per_question:
         for batch in ranker.batches(lengths):
             longest = padded_length(max(lengths[i] for i in batch), ranker.pad_to_multiple_of)
             computed += longest * len(batch)
@@ -104,8 +107,9 @@ def main(argv=None) -> dict:
             logger.info("repeat %d %s %d thread(s) call_cost %s: %.1f pairs/s", repeat + 1, backend, threads, cost,
                         num_pairs / times[(backend, threads, cost)][-1])  # fmt: skip
     runs = []
+    lengths = question_lengths(next(iter(systems.values())), items)
     for (backend, threads, cost), ranker in systems.items():
-        padding, calls = padding_and_calls(ranker, items)
+        padding, calls = padding_and_calls(ranker, lengths)
         fixed = (
             np.concatenate([np.array(s) for s in scores[(backend, threads, float("inf"))]])
             if float("inf") in args.call_costs

@@ -20,6 +20,8 @@ Example:
 
 import os
 
+from as2hub.modeling.segment_layout import padded_length
+
 # Fixed cost of one forward pass on the CPU, in tokens of a row, by intra-op threads (measured on the clean WikiQA test
 # questions, one call per question: benchmarks/results/question_batching_avx2.json, inference/BACKENDS.md "Which pairs
 # share a pass"): with more threads a token costs less time and a pass as much, so the call weighs more tokens. More
@@ -47,9 +49,10 @@ def scoring_threads(model) -> int:
     return torch.get_num_threads()
 
 
-def padded_length(length: int, multiple: int | None) -> int:
-    """``length`` rounded up to a multiple of ``multiple`` (unchanged for ``None`` or 1)."""
-    return -(-length // multiple) * multiple if multiple and multiple > 1 else length
+def check_call_cost(call_cost: float) -> None:
+    """Raise ``ValueError`` unless ``call_cost`` is a number of tokens >= 0 (``inf`` included)."""
+    if not call_cost >= 0:
+        raise ValueError(f"call_cost must be a number of tokens >= 0, got {call_cost}")
 
 
 def length_batches(
@@ -63,20 +66,20 @@ def length_batches(
     """
     if max_rows < 1:
         raise ValueError(f"max_rows must be at least 1, got {max_rows}")
-    if call_cost < 0:
-        raise ValueError(f"call_cost must be at least 0, got {call_cost}")
+    check_call_cost(call_cost)
     order = sorted(range(len(lengths)), key=lambda i: lengths[i])
     if call_cost == float("inf"):
         return [order[start : start + max_rows] for start in range(0, len(order), max_rows)]
     sizes = [padded_length(lengths[i], pad_to_multiple_of) for i in order]
-    # best[j]: the least cost of the first j sorted rows; cut[j]: where the last of their batches starts
+    # best[j]: the least cost of the first j sorted rows; cut[j]: where the last of their batches starts (the earliest
+    # start among equal costs: starts are tried in increasing order and only a strictly lower cost replaces one)
     best = [0.0] + [float("inf")] * len(order)
     cut = [0] * (len(order) + 1)
     for end in range(1, len(order) + 1):
         longest = sizes[end - 1]  # sorted: the batch's last row is its longest
         for start in range(max(0, end - max_rows), end):
             cost = best[start] + call_cost + (end - start) * longest
-            if cost < best[end] or (cost == best[end] and start < cut[end]):
+            if cost < best[end]:
                 best[end], cut[end] = cost, start
     batches, end = [], len(order)
     while end:

@@ -27,7 +27,7 @@ import torch
 
 from as2hub.inference.batching import length_batches
 from as2hub.modeling.first_token import first_token_last_layer
-from as2hub.modeling.segment_layout import pad_batch
+from as2hub.modeling.segment_layout import pad_batch, padded_length
 
 
 class NoCascadeHeadsError(ValueError):
@@ -84,9 +84,7 @@ def kept(num_candidates: int, drop: float) -> int:
 
 
 def _pad_hidden(states: list[torch.Tensor], multiple: int | None) -> tuple[torch.Tensor, torch.Tensor]:
-    longest = max(state.shape[0] for state in states)
-    if multiple:
-        longest = -(-longest // multiple) * multiple
+    longest = padded_length(max(state.shape[0] for state in states), multiple)
     hidden = states[0].new_zeros((len(states), longest, states[0].shape[-1]))
     mask = torch.zeros((len(states), longest), dtype=torch.long, device=states[0].device)
     for row, state in enumerate(states):

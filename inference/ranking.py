@@ -30,7 +30,7 @@ from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
 from as2hub.inference import backends
 from as2hub.inference.backends import BACKENDS, LoadedModel, ScoringModel, check_runnable, normalize, torch_dtype
-from as2hub.inference.batching import default_call_cost, length_batches, scoring_threads
+from as2hub.inference.batching import check_call_cost, default_call_cost, length_batches, scoring_threads
 from as2hub.inference.cascade import cascade_order, cascade_scores
 from as2hub.modeling.first_token import first_token_last_layer
 from as2hub.modeling.folders import check_model_path, ranking_max_length
@@ -184,10 +184,8 @@ class Ranker:
         self.pad_to_multiple_of = getattr(model, "pad_to_multiple_of", 8)
         self.contextual = bool(getattr(model.config, "contextual", False))
         self.backend = backend  # which backend scores (``from_pretrained`` passes the one it loaded)
-        if call_cost is not None and not call_cost >= 0:
-            raise ValueError(
-                f"call_cost must be a number of tokens >= 0 (or None for the measured default), got {call_cost}"
-            )
+        if call_cost is not None:
+            check_call_cost(call_cost)
         self._call_cost = None if call_cost is None else float(call_cost)
         self.layout.check_max_length(self.max_length, 3 if self.contextual else 2)
 

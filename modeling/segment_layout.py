@@ -109,13 +109,17 @@ def longest_first_lengths(lengths: list[int], budget: int) -> list[int]:
     return result
 
 
+def padded_length(length: int, multiple: int | None) -> int:
+    """``length`` rounded up to a multiple of ``multiple`` (unchanged for ``None``): the width :func:`pad_batch` pads
+    a batch to, and what the ranker's batching cost model counts (``as2hub.inference.batching``)."""
+    return -(-length // multiple) * multiple if multiple else length
+
+
 def pad_batch(
     rows: list[tuple[list[int], list[int]]], pad_token_id: int, pad_to_multiple_of: int | None = 8
 ) -> dict[str, torch.Tensor]:
     """Pad (input_ids, token_type_ids) rows to the longest row, rounded up to ``pad_to_multiple_of``."""
-    longest = max(len(ids) for ids, _ in rows)
-    if pad_to_multiple_of:
-        longest = -(-longest // pad_to_multiple_of) * pad_to_multiple_of
+    longest = padded_length(max(len(ids) for ids, _ in rows), pad_to_multiple_of)
     input_ids = torch.full((len(rows), longest), pad_token_id, dtype=torch.long)
     token_type_ids = torch.zeros((len(rows), longest), dtype=torch.long)
     attention_mask = torch.zeros((len(rows), longest), dtype=torch.long)
