@@ -14,7 +14,7 @@ import torch
 from helpers import BACKBONES, BLOCK_AS2HUB, TINY
 from transformers import AutoModelForSequenceClassification
 
-from as2hub.inference.cascade import NoCascadeHeadsError, kept
+from as2hub.inference.cascade import NoCascadeHeadsError, _pad_hidden, kept
 from as2hub.inference.ranking import Ranker
 from as2hub.modeling import CONTEXTUAL_MODELS
 from as2hub.modeling.segment_layout import pad_batch
@@ -146,6 +146,19 @@ def test_kept_counts_are_the_stated_ones():
     assert [kept(n, 0.4) for n in (1, 2, 3, 5, 10, 11)] == [1, 2, 2, 3, 6, 7]
     assert [kept(n, 0.5) for n in (1, 2, 3, 10)] == [1, 1, 2, 5]
     assert kept(7, 0.0) == 7 and kept(7, 0.99) == 1
+
+
+def test_survivors_are_re_padded_with_zeros_to_the_stated_length_and_mask():
+    # rows of 3 and 5 tokens (hidden size 2): padded to 8 with a multiple of 8, to 5 without one
+    states = [torch.ones(3, 2), torch.full((5, 2), 2.0)]
+    hidden, mask = _pad_hidden(states, 8)
+    assert hidden.shape == (2, 8, 2)
+    assert mask.tolist() == [[1, 1, 1, 0, 0, 0, 0, 0], [1, 1, 1, 1, 1, 0, 0, 0]]
+    assert hidden[0, :3].eq(1).all() and hidden[0, 3:].eq(0).all()
+    assert hidden[1, :5].eq(2).all() and hidden[1, 5:].eq(0).all()
+    hidden, mask = _pad_hidden(states, None)
+    assert hidden.shape == (2, 5, 2) and mask.tolist() == [[1, 1, 1, 0, 0], [1, 1, 1, 1, 1]]
+    assert _pad_hidden([torch.ones(3, 2, dtype=torch.bfloat16)], 8)[0].dtype == torch.bfloat16
 
 
 def test_rank_many_decides_the_drop_per_question(tokenizers):
