@@ -11,7 +11,7 @@ Why: one question's candidates differ a lot in length. On the clean WikiQA test 
 (about one batch per question) spend 35% of their tokens on padding, batches of 8 24%; the cost model with
 ``call_cost=16`` 6%, in 2.8 times as many calls, and one question ranks 1.45x faster with ONNX int8 (1.19x with torch),
 1 thread (measured 2026-11-28, AVX2 EPYC, ``benchmarks/bench_question_batching.py``). The default ``call_cost`` per
-thread count is measured there (:data:`DEFAULT_CALL_COST`).
+backend and thread count is measured there (:data:`DEFAULT_CALL_COST`).
 
 Example:
     >>> length_batches([30, 12, 31, 11, 64], max_rows=16, call_cost=8)
@@ -22,20 +22,43 @@ import os
 
 from as2hub.modeling.segment_layout import padded_length
 
-# Fixed cost of one forward pass on the CPU, in tokens of a row, by intra-op threads (measured on the clean WikiQA test
-# questions, one call per question: benchmarks/results/question_batching_avx2.json, inference/BACKENDS.md "Which pairs
-# share a pass"): with more threads a token costs less time and a pass as much, so the call weighs more tokens. More
-# threads than measured: CALL_COST_PER_THREAD tokens per thread. A GPU runs a token for almost nothing next to a call:
-# its cost is infinite, i.e. full batches of ``max_rows`` sorted rows, as before.
-DEFAULT_CALL_COST = {1: 16.0, 2: 64.0}
-CALL_COST_PER_THREAD = 32.0
+# Fixed cost of one forward pass on the CPU, in tokens of a row, by backend and intra-op threads (measured on the clean
+# WikiQA test questions, one call per question, best of 3: benchmarks/results/question_batching_avx2.json and
+# question_batching_amx.json, inference/BACKENDS.md "Which pairs share a pass"): with more threads, or with bf16 on AMX,
+# a token costs less time and a pass about as much, so the call weighs more tokens. ONNX int8 and torch fp32: 16 / 64
+# were best or within 5% of the best on the AVX2 EPYC and the AMX Xeon. torch bf16 (AMX Xeon): at 16 tokens it ran
+# 0.78x the fixed batches, at 256 1.05x (1 thread). More threads than measured: the last entry scaled by the threads.
+# A GPU runs a token for almost nothing next to a call: infinite, i.e. full batches of ``max_rows`` sorted rows.
+DEFAULT_CALL_COST = {
+    "onnx": {1: 16.0, 2: 64.0},
+    "torch": {1: 16.0, 2: 64.0},
+    "torch-bf16": {1: 256.0, 2: 64.0},
+}
 
 
-def default_call_cost(device_type: str = "cpu", threads: int = 1) -> float:
-    """The cost model's ``call_cost`` for a device type and a number of intra-op threads (:data:`DEFAULT_CALL_COST`)."""
+def default_call_cost(device_type: str = "cpu", threads: int = 1, kind: str = "torch") -> float:
+    """The cost model's ``call_cost`` for a device type, a number of intra-op threads and a kind of backend
+    (``"onnx"``, ``"torch"`` fp32 or ``"torch-bf16"``; :func:`call_cost_kind` tells a model's):
+    :data:`DEFAULT_CALL_COST`."""
     if device_type != "cpu":
         return float("inf")
-    return DEFAULT_CALL_COST.get(threads, CALL_COST_PER_THREAD * threads)
+    if kind not in DEFAULT_CALL_COST:
+        raise ValueError(f"no call cost for backend kind {kind!r}: one of {sorted(DEFAULT_CALL_COST)}")
+    table = DEFAULT_CALL_COST[kind]
+    if threads in table:
+        return table[threads]
+    most = max(table)
+    return table[most] * threads / most
+
+
+def call_cost_kind(model) -> str:
+    """Which row of :data:`DEFAULT_CALL_COST` a scoring model reads: ``"onnx"`` for an ONNX Runtime session,
+    ``"torch-bf16"`` for a bf16 torch model, else ``"torch"``."""
+    if getattr(model, "session_options", None) is not None:
+        return "onnx"
+    import torch
+
+    return "torch-bf16" if getattr(model, "dtype", None) == torch.bfloat16 else "torch"
 
 
 def scoring_threads(model) -> int:

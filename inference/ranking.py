@@ -30,7 +30,13 @@ from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
 from as2hub.inference import backends
 from as2hub.inference.backends import BACKENDS, LoadedModel, ScoringModel, check_runnable, normalize, torch_dtype
-from as2hub.inference.batching import check_call_cost, default_call_cost, length_batches, scoring_threads
+from as2hub.inference.batching import (
+    call_cost_kind,
+    check_call_cost,
+    default_call_cost,
+    length_batches,
+    scoring_threads,
+)
 from as2hub.inference.cascade import cascade_order, cascade_scores
 from as2hub.modeling.first_token import first_token_last_layer
 from as2hub.modeling.folders import check_model_path, ranking_max_length
@@ -156,7 +162,8 @@ class Ranker:
     (16 on CPU, 64 on a GPU). Which pairs share a pass: the pairs are sorted by length and cut into batches by a cost
     model (:func:`~as2hub.inference.batching.length_batches`): padding costs its tokens, and each pass ``call_cost``
     tokens more; ``None`` takes the measured default for the device and the scoring threads
-    (:data:`~as2hub.inference.batching.DEFAULT_CALL_COST`: 16 tokens on 1 CPU thread, 64 on 2; full batches on a GPU);
+    (:data:`~as2hub.inference.batching.DEFAULT_CALL_COST`: 16 tokens on 1 CPU thread, 64 on 2, 256 with bf16 on 1
+    thread; full batches on a GPU);
     ``float("inf")`` gives plain batches of ``batch_size`` sorted pairs. Scores do not depend on it beyond float
     rounding (ONNX int8: within 3e-5, fp32 within 1e-7, on WikiQA). ``max_length`` (tokens per input,
     longer ones truncated): ``None`` takes the one the model was trained with (its config's ``as2hub_max_length``,
@@ -258,11 +265,11 @@ class Ranker:
 
     @property
     def call_cost(self) -> float:
-        """The cost model's tokens per forward pass: the one given, else the default for the model's device and its
-        scoring threads now (:func:`~as2hub.inference.batching.default_call_cost`)."""
+        """The cost model's tokens per forward pass: the one given, else the default for the model's device, its kind
+        of backend and its scoring threads now (:func:`~as2hub.inference.batching.default_call_cost`)."""
         if self._call_cost is not None:
             return self._call_cost
-        return default_call_cost(self.model.device.type, scoring_threads(self.model))
+        return default_call_cost(self.model.device.type, scoring_threads(self.model), call_cost_kind(self.model))
 
     def batches(self, lengths: list[int]) -> list[list[int]]:
         """Which rows (of these token lengths) share a forward pass: length-sorted batches of at most ``batch_size``
