@@ -12,6 +12,8 @@ Usage::
     python benchmarks/bench_cascade_distill.py --systems labels=/tmp/distill/seed45_c24_labels,distill=... \\
         --split dev --drops 0.3,0.4
     python benchmarks/bench_cascade_distill.py --systems distill=... --split test --drops 0.4   # the chosen one, once
+    python benchmarks/bench_cascade_distill.py --systems distill=... --backend onnx-int8 --drops 0.2,0.3,0.4
+    # a drop per backend, on dev (bf16 and int8 rounding move the heads' decisions); written under "dev_onnx-int8"
 
 Writes (merges into) ``benchmarks/results/cascade_distilled_heads.json`` under the split's name.
 """
@@ -29,7 +31,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_cascade import questions_of, ranked_lists  # noqa: E402
-from bench_ranking_throughput import cpu_record  # noqa: E402
+from bench_ranking_throughput import as2hub_copy, cpu_record  # noqa: E402
 from bench_utils import RESULTS_DIR, machine_info, now_iso, paired_bootstrap_metrics, write_json  # noqa: E402
 from bench_wikiqa_quality import per_question  # noqa: E402
 
@@ -43,6 +45,15 @@ def main(argv=None) -> dict:
     parser.add_argument("--split", choices=("dev", "test"), default="dev")
     parser.add_argument("--drops", default="0.3,0.4")
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument(
+        "--backend",
+        default="torch",
+        help="the as2hub backend that ranks (torch, torch-bf16, onnx-int8, ...): "
+        "choose a drop per backend on dev, since a backend's rounding moves the heads' decisions",
+    )
+    parser.add_argument(
+        "--work_dir", default="/tmp/as2hub_bench_cascade_distill", help="ONNX backends: exported copies"
+    )
     parser.add_argument("--max_length", type=int, default=256)
     parser.add_argument("--max_questions", type=int, default=None)
     parser.add_argument("--bootstrap", type=int, default=10000)
@@ -69,15 +80,19 @@ def main(argv=None) -> dict:
 
     runs, full_per_q, full_map = [], None, None
     for name, folder in systems.items():
-        ranker = Ranker.from_pretrained(folder, backend="torch", max_length=args.max_length)
-        config = json.loads((Path(folder) / "config.json").read_text())
+        source = folder
+        if args.backend.startswith("onnx"):  # an exported copy: never write into the original folder
+            folder = str(as2hub_copy(Path(folder), Path(args.work_dir) / name))
+        options = {"num_threads": args.threads} if args.backend.startswith("onnx") else {}
+        ranker = Ranker.from_pretrained(folder, backend=args.backend, max_length=args.max_length, **options)
+        config = json.loads((Path(source) / "config.json").read_text())
         depth = config["num_hidden_layers"]
-        record = json.loads((Path(folder) / "as2hub_run.json").read_text())["arguments"]["model"]
-        train = json.loads((Path(folder) / "all_results.json").read_text())["train"]
+        record = json.loads((Path(source) / "as2hub_run.json").read_text())["arguments"]["model"]
+        train = json.loads((Path(source) / "all_results.json").read_text())["train"]
         if full_per_q is None:  # the heads-only step leaves the full model as it was: one full ranking serves all
             full_per_q, _, seconds = evaluate(ranker, None)
             full_map = {m: float(np.mean([v[m] for v in full_per_q.values()])) for m in METRICS}
-            runs.append({"system": "full model", "folder": folder, "drop": None, **full_map, "work": 1.0,
+            runs.append({"system": "full model", "folder": source, "drop": None, **full_map, "work": 1.0,
                          "seconds": seconds})  # fmt: skip
             logger.info("full model: %s", full_map)
         for drop in drops:
@@ -85,7 +100,7 @@ def main(argv=None) -> dict:
             change = paired_bootstrap_metrics(per_q, full_per_q, METRICS, args.bootstrap)
             run = {
                 "system": name,
-                "folder": folder,
+                "folder": source,
                 "head_target": record.get("cascade_head_target", "labels"),
                 "cascade_layers": config.get("cascade_layers"),
                 "drop": drop,
@@ -109,7 +124,7 @@ def main(argv=None) -> dict:
             "num_pairs": len(qids),
             "threads": args.threads,
             "max_length": args.max_length,
-            "backend": "torch fp32, one Ranker.rank call per question",
+            "backend": f"{args.backend}, one Ranker.rank call per question",
             "interval": "95% paired bootstrap over questions, cascade minus full model",
         },
         "load_average": load,
@@ -117,7 +132,7 @@ def main(argv=None) -> dict:
     }
     path = Path(args.results)
     merged = json.loads(path.read_text()) if path.exists() else {"benchmark": "cascade_distilled_heads"}
-    merged[args.split] = report
+    merged[args.split if args.backend == "torch" else f"{args.split}_{args.backend}"] = report
     write_json(path, merged)
     print(json.dumps([{k: r[k] for k in ("system", "drop", "map", "mrr", "p@1", "work")} for r in runs], indent=1))
     print(f"wrote {path}")
