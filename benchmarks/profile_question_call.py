@@ -10,6 +10,7 @@ conversions, sorting, the score conversion). Both systems score the same weights
 transformers < 4.58); without it only as2hub's rows run.
 
     python benchmarks/profile_question_call.py --questions 120 --threads 1 --results /tmp/profile_question.json
+    python benchmarks/profile_question_call.py --torch_backends torch-bf16 ...   # + bf16, per operator (AMX CPUs)
 """
 
 from __future__ import annotations
@@ -48,12 +49,15 @@ def parse_args(argv=None):
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--as2hub_batch_sizes", default="16", help="as2hub Ranker batch sizes (pairs per forward)")
     parser.add_argument("--peer_batch_sizes", default="8,16")
+    parser.add_argument("--torch_backends", default="", help="as2hub torch backends to add (e.g. torch-bf16 on an AMX "
+                        "CPU), each also profiled per operator with torch.profiler")  # fmt: skip
     parser.add_argument("--max_length", type=int, default=256)
     parser.add_argument("--work_dir", default="/tmp/as2hub_profile_question")
     parser.add_argument("--results", default="/tmp/profile_question.json")
     args = parser.parse_args(argv)
     args.as2hub_batch_sizes = [int(b) for b in args.as2hub_batch_sizes.split(",")]
     args.peer_batch_sizes = [int(b) for b in args.peer_batch_sizes.split(",")]
+    args.torch_backends = [b for b in args.torch_backends.split(",") if b]
     return args
 
 
@@ -67,6 +71,9 @@ def systems_for(args, folders) -> dict:
             batch_size=batch,
         )  # fmt: skip
         systems[f"as2hub onnx-int8 @{batch}"] = lambda items, r=ranker: [r.rank(q, c) for _, q, c, _ in items]
+    for backend in args.torch_backends:  # the default batches (call_cost per backend), as a user gets them
+        ranker = Ranker.from_pretrained(folders["as2hub"], backend=backend, max_length=args.max_length)
+        systems[f"as2hub {backend}"] = lambda items, r=ranker: [r.rank(q, c) for _, q, c, _ in items]
     if optimum_available():
         import onnxruntime
         from sentence_transformers import CrossEncoder
@@ -111,6 +118,18 @@ def split_profile(profile: cProfile.Profile) -> dict:
     }
 
 
+def torch_operator_shares(fn, items, top: int = 12) -> list[dict]:
+    """One pass under ``torch.profiler``: the operators with the most self CPU time and their share of the total."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        fn(items)
+    events = sorted(prof.key_averages(), key=lambda e: e.self_cpu_time_total, reverse=True)
+    total = sum(e.self_cpu_time_total for e in events) or 1.0
+    return [{"operator": e.key, "self_cpu_s": e.self_cpu_time_total / 1e6, "share": e.self_cpu_time_total / total,
+             "calls": e.count} for e in events[:top]]  # fmt: skip
+
+
 def main(argv=None) -> dict:
     args = parse_args(argv)
     logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
@@ -139,6 +158,8 @@ def main(argv=None) -> dict:
         fn(items)
         profile.disable()
         profiles[name] = split_profile(profile)
+        if name.startswith("as2hub torch"):
+            profiles[name]["torch_operators"] = torch_operator_shares(fn, items)
     load["end"] = list(os.getloadavg())
     rows, report_rows = [], {}
     for name in systems:
@@ -163,6 +184,10 @@ def main(argv=None) -> dict:
     }
     print(f"\n{len(items)} questions, {pairs} pairs, {args.threads} thread(s), best of {args.repeats} (load {load})")
     print(format_table(["system", "pairs/s", "ms/question", "in ORT session", "in tokenizer", "other (Python)"], rows))
+    for name, prof in profiles.items():
+        if "torch_operators" in prof:
+            ops = ", ".join(f"{o['operator']} {o['share']:.0%}" for o in prof["torch_operators"][:6])
+            print(f"{name}, self CPU time by operator: {ops}")
     write_json(args.results, report)
     print(f"wrote {args.results}")
     return report
