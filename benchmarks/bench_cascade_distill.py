@@ -80,10 +80,9 @@ def main(argv=None) -> dict:
 
     runs, full_per_q, full_map = [], None, None
     for name, folder in systems.items():
-        source = folder
+        source, options = folder, {}
         if args.backend.startswith("onnx"):  # an exported copy: never write into the original folder
-            folder = str(as2hub_copy(Path(folder), Path(args.work_dir) / name))
-        options = {"num_threads": args.threads} if args.backend.startswith("onnx") else {}
+            folder, options = str(as2hub_copy(Path(folder), Path(args.work_dir) / name)), {"num_threads": args.threads}
         ranker = Ranker.from_pretrained(folder, backend=args.backend, max_length=args.max_length, **options)
         config = json.loads((Path(source) / "config.json").read_text())
         depth = config["num_hidden_layers"]

@@ -51,10 +51,15 @@ def default_call_cost(device_type: str = "cpu", threads: int = 1, kind: str = "t
     return table[most] * threads / most
 
 
+def _session_options(model):
+    """An ONNX Runtime scoring model's session options; ``None`` for a torch model (the one test of which it is)."""
+    return getattr(model, "session_options", None)
+
+
 def call_cost_kind(model) -> str:
     """Which row of :data:`DEFAULT_CALL_COST` a scoring model reads: ``"onnx"`` for an ONNX Runtime session,
     ``"torch-bf16"`` for a bf16 torch model, else ``"torch"``."""
-    if getattr(model, "session_options", None) is not None:
+    if _session_options(model) is not None:
         return "onnx"
     import torch
 
@@ -64,7 +69,7 @@ def call_cost_kind(model) -> str:
 def scoring_threads(model) -> int:
     """The intra-op threads a scoring model computes with: an ONNX Runtime session's (its options', or one per core
     when they leave it to ONNX Runtime), else torch's."""
-    options = getattr(model, "session_options", None)
+    options = _session_options(model)
     if options is not None:
         return options.intra_op_num_threads or len(os.sched_getaffinity(0))
     import torch
