@@ -203,6 +203,7 @@ class Ranker:
         backend: str = "torch",
         quantize: str | None = None,
         num_threads: int | None = None,
+        torch_compile: bool = False,
         **kwargs,
     ) -> "Ranker":
         """Load a saved ranker and the backend that scores with it.
@@ -221,16 +222,38 @@ class Ranker:
         cannot run here raises, saying why and what to install. Other keyword arguments (``max_length``,
         ``batch_size``: default 16 pairs per forward pass on CPU, 64 on a GPU) go to :class:`Ranker`.
 
+        ``torch_compile=True`` runs a torch backend's passes (and cascade stages) through ``torch.compile``
+        (:mod:`as2hub.inference.compiled`): compiled here, before the first call (about 30 s for MiniLM-L6 on one
+        core), faster per question where eager overhead dominates (``inference/BACKENDS.md``). An ONNX backend
+        refuses it; with ``backend="auto"`` it applies when the pick is a torch backend.
+
         Example:
             >>> ranker = Ranker.from_pretrained("path/to/ranker", backend="auto", num_threads=2)  # doctest: +SKIP
             >>> ranker.backend  # doctest: +SKIP
             'onnx-int8'
+            >>> fast = Ranker.from_pretrained("path/to/ranker", backend="torch-bf16", torch_compile=True)  # doctest: +SKIP
         """
+        if torch_compile and normalize(backend, quantize)[0] == "onnx":
+            raise ValueError(
+                f"torch_compile=True applies to the torch backends, not {backend!r} (ONNX Runtime optimizes its own "
+                "graph): use backend='torch', 'torch-bf16' or a CUDA backend"
+            )
         loaded = load_scoring_model(
             path, AutoModelForSequenceClassification, backend, quantize, num_threads, trust_remote_code
         )
         tokenizer = AutoTokenizer.from_pretrained(loaded.folder, trust_remote_code=trust_remote_code)
-        return cls(loaded.model, tokenizer, backend=loaded.backend, **kwargs)
+        if not torch_compile:
+            return cls(loaded.model, tokenizer, backend=loaded.backend, **kwargs)
+        if not isinstance(loaded.model, torch.nn.Module):  # backend="auto" picked ONNX Runtime
+            logger.info("torch_compile: backend='auto' picked %r, which is not a torch backend: not compiled",
+                        loaded.backend)  # fmt: skip
+            return cls(loaded.model, tokenizer, backend=loaded.backend, **kwargs)
+        from as2hub.inference.compiled import CompiledRankerModel
+
+        compiled = CompiledRankerModel(loaded.model)
+        ranker = cls(compiled, tokenizer, backend=loaded.backend, **kwargs)
+        compiled.warm_up(ranker)
+        return ranker
 
     def _tokens(self, texts: list[str]) -> list[list[int]]:
         unique = list(dict.fromkeys(texts))

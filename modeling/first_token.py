@@ -93,7 +93,12 @@ def first_token_last_layer(model):
     if "forward" in layer.__dict__:  # inside another block (nested, or scoring in another thread): that block owns it
         yield True
         return
-    layer.forward = functools.partial(_first_token_forward, layer)
+    # one partial per layer, kept on it: every block installs the same object, so a torch.compile'd caller
+    # (inference/compiled.py) keeps its guards on ``layer.forward`` and does not recompile on each call
+    patched = layer.__dict__.get("_as2hub_first_token_forward")
+    if patched is None:
+        patched = layer._as2hub_first_token_forward = functools.partial(_first_token_forward, layer)
+    layer.forward = patched
     try:
         yield True
     finally:

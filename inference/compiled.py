@@ -1,0 +1,169 @@
+"""The torch backends compiled by ``torch.compile`` (inductor): the same batches, fewer and fused kernels per pass.
+
+A ranker scores one question's candidates in a few small forward passes, where eager PyTorch spends a large share of
+each pass outside the matrix products (attention's softmax and masking, GELU, layer norm, the dtype casts: 42% of a
+bf16 pass on an AMX Xeon, ``benchmarks/results/profile_question_amx.json``). Compiled, inductor fuses those into the
+products' epilogues and a few loops, and with ``freezing`` prepacks the weights for oneDNN once::
+
+    >>> from as2hub.inference import Ranker
+    >>> ranker = Ranker.from_pretrained("path/to/ranker", backend="torch-bf16", torch_compile=True)  # doctest: +SKIP
+    >>> ranker.rank("who wrote hamlet?", ["Hamlet is a tragedy.", "Shakespeare wrote it."])  # doctest: +SKIP
+
+:class:`CompiledRankerModel` stands in for the torch model inside :class:`~as2hub.inference.ranking.Ranker` (fp32,
+bf16, CUDA): the full model's pass and, for a model with cascade heads, each cascade stage
+(:mod:`as2hub.inference.cascade`) run compiled, with the last layer computed for the first token only as the eager
+path does (:mod:`as2hub.modeling.first_token`). Shapes are dynamic (``dynamic=True``): one graph serves every batch
+and length, so a service does not recompile per request. :meth:`CompiledRankerModel.warm_up` compiles before the first
+request (about 30 s for MiniLM-L6 on one core, once per process); ``Ranker.from_pretrained(..., torch_compile=True)``
+calls it.
+
+What it costs: the compile time, a C++ compiler on the CPU (inductor builds its kernels with ``g++``), and scores that
+differ from the eager model's by floating-point rounding (fused kernels sum in another order; the bounds are in
+``tests/test_compiled_ranking.py``). Where it gains (measured in ``inference/BACKENDS.md``): small per-question
+passes on the CPU, where eager overhead is a large share of each pass.
+"""
+
+import contextlib
+import logging
+
+import torch
+
+from as2hub.inference.cascade import TorchStages, cascade_layers
+from as2hub.modeling.first_token import first_token_last_layer
+
+logger = logging.getLogger("as2hub.backends")
+
+# inductor options for scoring: ``freezing`` treats the weights as constants (prepacked for oneDNN's linear on the
+# CPU, folded where possible); the module is never trained through this wrapper.
+COMPILE_OPTIONS = {"freezing": True}
+
+
+@contextlib.contextmanager
+def _outside_output_capture():
+    """The cascade's stages call encoder layers outside the model's forward, where transformers' output-capturing hooks
+    read a ``ContextVar`` that dynamo cannot trace (a graph break in every layer, then recompiles on argument
+    patterns). Inside this block the hooks read "no capture" from the collector's compile-time slot instead, as they
+    do inside a compiled forward; the slot is restored after. Where transformers has no such collector, nothing
+    changes (the stages still run, with graph breaks)."""
+    try:
+        from transformers.utils.output_capturing import _active_collector as collector
+
+        saved = (collector.compiling, collector.global_var)
+    except (ImportError, AttributeError):
+        yield
+        return
+    collector.compiling, collector.global_var = True, None
+    try:
+        yield
+    finally:
+        collector.compiling, collector.global_var = saved
+
+
+def _shape_guards():
+    """Dynamic sizes that are not unified because they happen to be equal (a length of 32 and a head size of 32):
+    with duck sizing a later length of 33 would recompile, and after ``recompile_limit`` recompiles dynamo falls back
+    to eager for good. Applied while a compiled pass runs (compiles happen inside calls)."""
+    return torch.fx.experimental._config.patch(use_duck_shape=False)
+
+
+class TorchCompileError(RuntimeError):
+    """``torch.compile`` could not build this model's graphs on this machine (the message says why and what to do)."""
+
+
+class CompiledRankerModel:
+    """A torch ranker whose passes run through ``torch.compile``: what :class:`~as2hub.inference.ranking.Ranker` uses
+    of a scoring model (``config``, ``device``, ``dtype``, ``eval()``, ``model(**batch).logits``,
+    ``logits_to_scores``), and the cascade's staged methods when the model has heads.
+
+    ``mode``: ``torch.compile``'s (``None``: inductor's default; ``"max-autotune-no-cudagraphs"`` also benchmarks GEMM
+    templates, a longer compile); ``backend``: ``torch.compile``'s compiler (``"inductor"``; the tests pass dynamo's
+    ``CompileCounter`` to count graphs). ``module`` is the eager model (its weights are shared, not copied).
+
+    Example:
+        >>> compiled = CompiledRankerModel(model)  # doctest: +SKIP
+        >>> ranker = Ranker(compiled, tokenizer)  # doctest: +SKIP
+        >>> compiled.warm_up(ranker)  # doctest: +SKIP
+    """
+
+    def __init__(self, model, mode: str | None = None, backend="inductor"):
+        if not isinstance(model, torch.nn.Module):
+            raise TypeError(
+                f"torch_compile needs a torch model, got {type(model).__name__} (the ONNX backends run ONNX Runtime's "
+                "own graph optimizations)"
+            )
+        self.module = model.eval()
+        self.config = model.config
+        self.device = model.device
+        self.dtype = model.dtype
+        self.mode = mode
+        self.backend = backend
+        self.pad_to_multiple_of = getattr(model, "pad_to_multiple_of", 8)
+        self._forward = self._compile(model)
+        self._stages = {}
+        if cascade_layers(model):
+            self._stages = {
+                name: self._compile(getattr(model, name))
+                for name in ("cascade_embed", "cascade_encode", "cascade_head_logits")
+            }  # classify_hidden (the pooler and head on one token per row) stays eager: no work to fuse
+
+    def _compile(self, function):
+        options = COMPILE_OPTIONS if self.backend == "inductor" and self.mode is None else None
+        # a cascade stage compiles once per (stage, batch of 1 or more): up to 2 x the stages; room beyond that
+        limit = max(8, 4 * (len(cascade_layers(self.module)) + 1))
+        return torch.compile(
+            function, dynamic=True, mode=self.mode, backend=self.backend, options=options, recompile_limit=limit
+        )
+
+    def eval(self):
+        return self
+
+    def __call__(self, **inputs):
+        with first_token_last_layer(self.module), _shape_guards():  # the head reads the first token, as in eager
+            return self._forward(**inputs)
+
+    def logits_to_scores(self, logits: torch.Tensor) -> torch.Tensor:
+        return self.module.logits_to_scores(logits)
+
+    # The cascade's staged methods (inference/cascade.py's TorchStages calls them), compiled
+    def _stage(self, name, *args, **kwargs):
+        with _shape_guards(), _outside_output_capture():
+            return self._stages[name](*args, **kwargs)
+
+    def cascade_embed(self, **batch):
+        return self._stage("cascade_embed", **batch)
+
+    def cascade_encode(self, hidden, attention_mask, start: int, end: int):
+        last = end == self.config.num_hidden_layers  # the final stage: its last layer for the first token only
+        with first_token_last_layer(self.module) if last else contextlib.nullcontext():
+            return self._stage("cascade_encode", hidden, attention_mask, start, end)
+
+    def cascade_head_logits(self, stage: int, hidden):
+        return self._stage("cascade_head_logits", stage, hidden)
+
+    def classify_hidden(self, hidden):
+        return self.module.classify_hidden(hidden)
+
+    def cascade_stages(self) -> TorchStages:
+        """The cascade's stages on the compiled methods (what ``Ranker.rank(..., cascade_drop=...)`` runs)."""
+        if not self._stages:
+            return TorchStages(self.module)  # raises nothing here: check_cascade_heads refuses a model without heads
+        return TorchStages(self)
+
+    def warm_up(self, ranker) -> None:
+        """Compile now (the first passes compile: about 30 s for MiniLM-L6 on one core) on two short questions of one
+        and two candidates, so that later calls of any batch and length reuse the graphs. A machine where inductor
+        cannot build (no C++ compiler) raises :class:`TorchCompileError` saying so."""
+        # dynamo specializes a size of 1: every pass (the full model, each cascade stage, each head) is compiled for a
+        # batch of one pair and for more: one question of one candidate, one of eight (drop 0.5: stages of 8, 4, 2)
+        calls = [("warm up", ["one candidate"]), ("warm up the compiled graphs", [f"candidate {i}" for i in range(8)])]
+        try:
+            for question, candidates in calls:
+                ranker.rank(question, candidates)
+                if self._stages:
+                    ranker.rank(question, candidates, cascade_drop=0.5)
+        except Exception as error:  # noqa: BLE001 - re-raised with what to do
+            raise TorchCompileError(
+                f"torch.compile could not build the ranker's graphs on this machine ({type(error).__name__}: "
+                f"{str(error).splitlines()[0] if str(error) else ''}): inductor needs a working C++ compiler (g++) "
+                "on the CPU, or triton on a GPU; install it, or rank without torch_compile"
+            ) from error

@@ -1,0 +1,121 @@
+"""``Ranker`` on a ``torch.compile``'d model (``torch_compile=True``, :mod:`as2hub.inference.compiled`).
+
+What is checked, and against what:
+- the graphs are built once: after the warm-up, questions of other sizes and lengths, with and without the cascade,
+  compile nothing more (dynamo's ``CompileCounter`` counts the frames it compiles; the first-token last layer installs
+  the same patched forward on every call, else every call would recompile);
+- the compiled passes give the eager model's scores: exactly where dynamo's graph runs the same operators
+  (``CompileCounter`` runs them eagerly), within float rounding with inductor's fused kernels (the bound below, fp32);
+- the cascade's layers (which head scored each candidate) are the eager cascade's;
+- the errors: an ONNX backend refuses ``torch_compile``, a non-torch model is refused, a compiler that fails at the
+  warm-up is reported as such.
+"""
+
+import pytest
+import torch
+from test_cascade import CANDIDATES, CONTEXTS, QUESTION, cascade_model
+from torch._dynamo.testing import CompileCounter
+
+from as2hub.inference.compiled import CompiledRankerModel, TorchCompileError
+from as2hub.inference.ranking import Ranker
+from as2hub.modeling.first_token import first_token_last_layer, last_bert_layer
+
+# Questions of other sizes and lengths than the warm-up's (1 and 2 candidates): 10, 3 and 1 candidates.
+QUESTIONS = [
+    (QUESTION, CANDIDATES),
+    ("what is a tuple?", CANDIDATES[5:8]),
+    ("and the print function, what does it write to, and in which encoding by default?", CANDIDATES[-1:]),
+]
+
+# Inductor's fused fp32 kernels against eager PyTorch on the tiny models (head logits rescaled to std 2, which
+# amplifies rounding): scores (probabilities) within this. Measured at most 2.1e-5 on the AMX Xeon (2026-11-28); a
+# wrong mask or a missing layer moves scores by 1e-2 or more.
+INDUCTOR_FP32_ABS = 1e-4
+
+
+def rank_all(ranker, drop=None, contextual=False):
+    out = []
+    for question, candidates in QUESTIONS:
+        contexts = CONTEXTS[: len(candidates)] if contextual else None
+        out.append([(c.index, c.score, c.layer) for c in ranker.rank(question, candidates, contexts, drop)])
+    return out
+
+
+def by_index(ranked):
+    return [sorted(question) for question in ranked]
+
+
+@pytest.fixture(autouse=True)
+def fresh_dynamo():
+    torch._dynamo.reset()
+    yield
+    torch._dynamo.reset()
+
+
+@pytest.mark.parametrize("backbone", ["bert", "roberta"])
+def test_compiled_ranker_compiles_once_and_scores_as_eager(tokenizers, backbone):
+    model, tokenizer = cascade_model(tokenizers, backbone, contextual=False)
+    eager = Ranker(model, tokenizer)
+    counter = CompileCounter()
+    compiled = CompiledRankerModel(model, backend=counter)
+    ranker = Ranker(compiled, tokenizer)
+    compiled.warm_up(ranker)
+    frames = counter.frame_count
+    assert frames >= 1
+    for drop in (None, 0.5, 0.3):
+        got = by_index(rank_all(ranker, drop))
+        want = by_index(rank_all(eager, drop))
+        for g, w in zip(got, want):
+            assert [(i, layer) for i, _, layer in g] == [(i, layer) for i, _, layer in w]
+            assert torch.allclose(torch.tensor([s for _, s, _ in g]), torch.tensor([s for _, s, _ in w]), atol=1e-6)
+    assert counter.frame_count == frames, "a question of another size or length compiled again"
+
+
+def test_first_token_block_installs_the_same_forward_each_time(tokenizers):
+    model, _ = cascade_model(tokenizers, "bert", contextual=False)
+    layer = last_bert_layer(model)
+    with first_token_last_layer(model):
+        first = layer.forward
+    assert "forward" not in layer.__dict__  # the block restores the class's forward
+    with first_token_last_layer(model):
+        assert layer.forward is first
+
+
+@pytest.mark.slow
+def test_from_pretrained_torch_compile_inductor(tokenizers, tmp_path):
+    """The checkpoint path: a saved contextual folder, ``torch_compile=True``, inductor (C++ kernels: about a minute;
+    the cascade's compiled stages are checked above with dynamo's graphs, each inductor graph adds to the time)."""
+    model, tokenizer = cascade_model(tokenizers, "bert", contextual=True, layers=())
+    model.save_pretrained(tmp_path)
+    tokenizer.save_pretrained(tmp_path)
+    eager = Ranker.from_pretrained(str(tmp_path), backend="torch")
+    ranker = Ranker.from_pretrained(str(tmp_path), backend="torch", torch_compile=True)
+    assert isinstance(ranker.model, CompiledRankerModel) and ranker.backend == "torch"
+    for drop in (None,):
+        got = by_index(rank_all(ranker, drop, contextual=True))
+        want = by_index(rank_all(eager, drop, contextual=True))
+        for g, w in zip(got, want):
+            assert [(i, layer) for i, _, layer in g] == [(i, layer) for i, _, layer in w]
+            difference = (torch.tensor([s for _, s, _ in g]) - torch.tensor([s for _, s, _ in w])).abs().max()
+            assert difference <= INDUCTOR_FP32_ABS
+
+
+def test_onnx_backend_refuses_torch_compile(tmp_path):
+    with pytest.raises(ValueError, match="torch_compile=True applies to the torch backends"):
+        Ranker.from_pretrained(str(tmp_path), backend="onnx-int8", torch_compile=True)
+
+
+def test_compiled_model_needs_a_torch_model():
+    with pytest.raises(TypeError, match="torch_compile needs a torch model"):
+        CompiledRankerModel(object())
+
+
+def test_a_compiler_that_fails_is_reported(tokenizers):
+    model, tokenizer = cascade_model(tokenizers, "bert", contextual=False)
+
+    def broken(graph, example_inputs):
+        raise RuntimeError("no compiler here")
+
+    compiled = CompiledRankerModel(model, backend=broken)
+    with pytest.raises(TorchCompileError, match="C\\+\\+ compiler"):
+        compiled.warm_up(Ranker(compiled, tokenizer))
