@@ -52,6 +52,9 @@ def add_flags(parser: argparse.ArgumentParser, options_class) -> None:
         meta = item.metadata
         if not meta.get("cli"):
             continue
+        if meta["type"] is bool:  # a switch: --<name> turns it on
+            parser.add_argument(f"--{item.name}", action="store_true", default=item.default, help=meta["help"])
+            continue
         kwargs = {"default": item.default, "help": meta["help"], "type": meta["type"]}
         if meta["choices"] is not None:
             kwargs["choices"] = meta["choices"]
@@ -87,6 +90,12 @@ class RankerOptions:
     )
     # pairs per forward pass; None: Ranker's default (16 on CPU, 64 on a GPU)
     batch_size: int | None = option(None, "pairs per forward pass (default: 16 on CPU, 64 on a GPU)", type=int)
+    torch_compile: bool = option(
+        False,
+        "torch backends: run the ranker's passes through torch.compile (compiled at load, about 30 s per replica; "
+        "inference/BACKENDS.md)",
+        type=bool,
+    )
 
     def __post_init__(self):
         if self.backend not in BACKEND_CHOICES:
@@ -94,6 +103,11 @@ class RankerOptions:
         if self.quantize not in (None, *QUANTIZE_CHOICES):
             raise ArgumentError(f"--quantize must be one of {', '.join(QUANTIZE_CHOICES)}, got {self.quantize!r}")
         at_least(self, 1, "threads", "max_length", "batch_size")
+        if self.torch_compile and (self.backend.startswith("onnx") or self.quantize is not None):
+            raise ArgumentError(
+                f"--torch_compile applies to the torch backends, not --backend {self.backend}"
+                + (f" --quantize {self.quantize}" if self.quantize else "")
+            )
 
     def backend_options(self) -> dict:
         """Keyword arguments for ``Ranker.from_pretrained`` / ``JointRanker.from_pretrained``: the backend string is
@@ -118,8 +132,13 @@ class RankerOptions:
         from as2hub.inference.ranking import Ranker
 
         self.set_threads()
+        compiled = {"torch_compile": True} if self.torch_compile else {}
         return Ranker.from_pretrained(
-            path or self.model, max_length=self.max_length, batch_size=self.batch_size, **self.backend_options()
+            path or self.model,
+            max_length=self.max_length,
+            batch_size=self.batch_size,
+            **self.backend_options(),
+            **compiled,
         )
 
 

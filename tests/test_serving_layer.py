@@ -85,6 +85,7 @@ RANKER_FLAGS = {
     "threads": (None, None),
     "max_length": (None, None),  # None: the model's trained max length
     "batch_size": (None, None),
+    "torch_compile": (False, None),  # a switch (--torch_compile, no value)
 }
 SERVE_FLAGS = {
     **RANKER_FLAGS,
@@ -175,6 +176,7 @@ def test_the_default_max_length_is_written_once():
         (RankerOptions, {"quantize": "int4"}, "--quantize must be one of int8"),
         (RankerOptions, {"threads": 0}, "--threads must be at least 1, got 0"),
         (RankerOptions, {"max_length": 0}, "--max_length must be at least 1, got 0"),
+        (RankerOptions, {"backend": "onnx-int8", "torch_compile": True}, "--torch_compile applies to the torch backends"),
         (ScoreConfig, {"batch_size": 0}, "--batch_size must be at least 1, got 0"),
         (ServeConfig, {"cascade_drop": 1.0}, "--cascade_drop is the fraction of candidates dropped at each head, in [0, 1)"),
         (ServeConfig, {"cascade_drop": -0.1}, "in [0, 1); got -0.1"),
@@ -229,3 +231,22 @@ def test_a_folders_trained_max_length_is_the_ranking_default(stock_checkpoint, t
         assert options_class(model=str(trained)).load_ranker().max_length == 40
         assert options_class(model=str(trained), max_length=24).load_ranker().max_length == 24
         assert options_class(model=str(plain)).load_ranker().max_length == 256
+
+
+def test_torch_compile_is_a_switch_that_reaches_the_ranker(monkeypatch):
+    """``--torch_compile`` is a flag without a value (off unless given) and the ranker is loaded with it."""
+    import argparse
+
+    from as2hub.inference.ranking import Ranker
+    from as2hub.serving.options import add_flags, from_flags
+
+    parser = argparse.ArgumentParser()
+    add_flags(parser, ServeConfig)
+    assert from_flags(ServeConfig, parser.parse_args([]), model="m").torch_compile is False
+    config = from_flags(ServeConfig, parser.parse_args(["--torch_compile", "--backend", "torch-bf16"]), model="m")
+    calls = []
+    monkeypatch.setattr(Ranker, "from_pretrained", classmethod(lambda cls, path, **kw: calls.append((path, kw))))
+    config.load_ranker()
+    assert calls == [("m", {"max_length": None, "batch_size": None, "backend": "torch-bf16", "torch_compile": True})]
+    RankerOptions("m").load_ranker()
+    assert "torch_compile" not in calls[-1][1]
