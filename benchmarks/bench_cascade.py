@@ -10,7 +10,9 @@ then repeat 2, ...) and the best time of each is kept, so a load spike from anot
   weakest ``d`` of the question's remaining candidates leave; ``work`` is the share of encoder layers computed;
 - ``CrossEncoder torch / bf16 / ONNX int8 @b``: ``CrossEncoder.predict`` of the question's pairs at batch ``b`` on the
   same weights as a stock ``BertForSequenceClassification`` (its int8 graph: ``quantize_dynamic``, per tensor), as in
-  ``bench_ranking_throughput.py``.
+  ``bench_ranking_throughput.py``;
+- with ``--torch_compile``: ``as2hub <torch backend> compiled`` (``Ranker.from_pretrained(..., torch_compile=True)``)
+  and ``CrossEncoder torch [bf16] compiled`` (its transformers model through ``torch.compile`` with the same options).
 
 MAP / MRR / P@1 come from each system's order (a cascade's order puts dropped candidates below the survivors); the
 change against the same backend's full model has a 95% paired-bootstrap interval over questions.
@@ -67,6 +69,12 @@ def parse_args(argv=None):
         default="question",
         help="question: one call per question (every system); batched: one call for all questions (Ranker.rank_many; "
         "CrossEncoder.predict of every pair), as a service scores concurrent requests",
+    )
+    parser.add_argument(
+        "--torch_compile",
+        action="store_true",
+        help="also run the torch backends compiled (as2hub: torch_compile=True; CrossEncoder: torch.compile of its "
+        "model, the same options)",
     )
     parser.add_argument("--max_length", type=int, default=256)
     parser.add_argument("--bootstrap", type=int, default=10000)
@@ -126,39 +134,54 @@ def make_systems(args, folders, data) -> dict:
     from as2hub.inference.ranking import Ranker
 
     systems = {}
-    for backend in args.backends:
+    variants = [(backend, False) for backend in args.backends]
+    if args.torch_compile:  # the torch backends again, compiled (Ranker.from_pretrained(..., torch_compile=True))
+        variants += [(backend, True) for backend in args.backends if not backend.startswith("onnx")]
+    for backend, compiled in variants:
         if backend == "torch-bf16" and not use_bf16(args):
             continue
+        label = f"{backend} compiled" if compiled else backend
         try:
             check_runnable(backend)
             options = {"num_threads": args.threads} if backend.startswith("onnx") else {}
+            if compiled:
+                options["torch_compile"] = True
             ranker = Ranker.from_pretrained(folders["as2hub"], backend=backend, max_length=args.max_length, **options)
         except Exception as error:  # noqa: BLE001 - a backend that cannot run here is left out, and said
-            logger.warning("backend %s left out: %s", backend, error)
+            logger.warning("backend %s left out: %s", label, error)
             continue
 
         def full(items, r=ranker):
             return ranked_lists(r, items, None, args.mode)
 
-        systems[f"as2hub {backend}"] = ("as2hub", backend, None, full)
+        systems[f"as2hub {label}"] = ("as2hub", label, None, full)
         for drop in args.drops:
             try:
                 ranker.rank(data[0][1], data[0][2], cascade_drop=drop)
             except Exception as error:  # noqa: BLE001
-                logger.warning("as2hub %s cascade left out: %s", backend, error)
+                logger.warning("as2hub %s cascade left out: %s", label, error)
                 break
 
             def cascade(items, r=ranker, d=drop):
                 return ranked_lists(r, items, d, args.mode)
 
-            systems[f"as2hub {backend} cascade {drop}"] = ("as2hub", backend, drop, cascade)
-    peers = {"CrossEncoder torch": (None, None)}
+            systems[f"as2hub {label} cascade {drop}"] = ("as2hub", label, drop, cascade)
+    peers = {"CrossEncoder torch": (None, None, False)}
     if use_bf16(args):
-        peers["CrossEncoder torch bf16"] = (None, torch.bfloat16)
+        peers["CrossEncoder torch bf16"] = (None, torch.bfloat16, False)
+    if args.torch_compile:  # what a sentence-transformers user can do: torch.compile the model inside (the same
+        # precisions as the as2hub torch backends compiled here)
+        compiled_dtypes = {None: "torch", torch.bfloat16: "torch-bf16"}
+        peers.update({
+            f"{name} compiled": (None, dtype, True) for name, (_, dtype, _) in list(peers.items())
+            if compiled_dtypes[dtype] in args.backends
+        })  # fmt: skip
     if optimum_available():
-        peers["CrossEncoder ONNX int8"] = (PEER_INT8, None)
-    for name, (graph, dtype) in peers.items():
+        peers["CrossEncoder ONNX int8"] = (PEER_INT8, None, False)
+    for name, (graph, dtype, compiled) in peers.items():
         encoder = cross_encoder(folders["peer"], args, args.threads, graph=graph, dtype=dtype)
+        if compiled:
+            compile_peer(encoder)
         for batch in args.peer_batch_sizes:
 
             def predict(items, e=encoder, b=batch):
@@ -175,6 +198,17 @@ def make_systems(args, folders, data) -> dict:
 
             systems[f"{name} @{batch}"] = ("sentence-transformers", name, None, predict)
     return systems
+
+
+def compile_peer(encoder) -> None:
+    """``torch.compile`` the transformers model inside a ``CrossEncoder`` with as2hub's options (dynamic shapes,
+    frozen weights: :data:`as2hub.inference.compiled.COMPILE_OPTIONS`), then compile it on a batch of 1 and of 2."""
+    from as2hub.inference.compiled import COMPILE_OPTIONS
+
+    module = encoder[0]
+    module.model = torch.compile(module.model, dynamic=True, options=COMPILE_OPTIONS)
+    for batch in (1, 2):  # predict's own grad mode: the graphs built here are those its calls reuse
+        encoder.predict([["warm up", "the compiled graph"]] * batch, batch_size=batch, show_progress_bar=False)
 
 
 def plot(report, path: Path) -> str | None:
