@@ -119,3 +119,21 @@ def test_a_compiler_that_fails_is_reported(tokenizers):
     compiled = CompiledRankerModel(model, backend=broken)
     with pytest.raises(TorchCompileError, match="C\\+\\+ compiler"):
         compiled.warm_up(Ranker(compiled, tokenizer))
+
+
+def test_auto_backend_with_torch_compile_compiles_the_torch_pick(tokenizers, tmp_path, monkeypatch):
+    """``backend="auto"`` on a folder without an ONNX export picks a torch backend, which ``torch_compile`` compiles
+    (here with dynamo's eager backend: the wiring, not inductor, is under test)."""
+    from functools import partialmethod
+
+    monkeypatch.setattr(CompiledRankerModel, "__init__", partialmethod(CompiledRankerModel.__init__, backend="eager"))
+    model, tokenizer = cascade_model(tokenizers, "roberta", contextual=False, layers=())
+    model.save_pretrained(tmp_path)
+    tokenizer.save_pretrained(tmp_path)
+    ranker = Ranker.from_pretrained(str(tmp_path), backend="auto", torch_compile=True)
+    assert isinstance(ranker.model, CompiledRankerModel) and ranker.backend.startswith("torch")
+    eager = Ranker(ranker.model.module, tokenizer)
+    got = by_index(rank_all(ranker))
+    want = by_index(rank_all(eager))
+    for g, w in zip(got, want):
+        assert torch.allclose(torch.tensor([s for _, s, _ in g]), torch.tensor([s for _, s, _ in w]), atol=1e-6)
