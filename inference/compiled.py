@@ -1,8 +1,8 @@
 """The torch backends compiled by ``torch.compile`` (inductor): the same batches, fewer and fused kernels per pass.
 
 A ranker scores one question's candidates in a few small forward passes, where eager PyTorch spends a large share of
-each pass outside the matrix products (attention's softmax and masking, GELU, layer norm, the dtype casts: 42% of a
-bf16 pass on an AMX Xeon, ``benchmarks/results/profile_question_amx.json``). Compiled, inductor fuses those into the
+each pass outside the linear layers (attention, GELU, layer norm, copies and casts: 42% of a bf16 pass on an AMX
+Xeon, ``benchmarks/results/profile_question_amx.json``). Compiled, inductor fuses those into the
 products' epilogues and a few loops, and with ``freezing`` prepacks the weights for oneDNN once::
 
     >>> from as2hub.inference import Ranker
@@ -14,17 +14,18 @@ bf16, CUDA): the full model's pass and, for a model with cascade heads, each cas
 (:mod:`as2hub.inference.cascade`) run compiled, with the last layer computed for the first token only as the eager
 path does (:mod:`as2hub.modeling.first_token`). Shapes are dynamic (``dynamic=True``): one graph serves every batch
 and length, so a service does not recompile per request. :meth:`CompiledRankerModel.warm_up` compiles before the first
-request (about 30 s for MiniLM-L6 on one core, once per process); ``Ranker.from_pretrained(..., torch_compile=True)``
-calls it.
+request (for MiniLM-L6 on one core about 30 s, 70 s with cascade stages; once per process);
+``Ranker.from_pretrained(..., torch_compile=True)`` calls it.
 
 What it costs: the compile time, a C++ compiler on the CPU (inductor builds its kernels with ``g++``), and scores that
 differ from the eager model's by floating-point rounding (fused kernels sum in another order; the bounds are in
-``tests/test_compiled_ranking.py``). Where it gains (measured in ``inference/BACKENDS.md``): small per-question
-passes on the CPU, where eager overhead is a large share of each pass.
+``tests/test_compiled_ranking.py``). What it gains (``inference/BACKENDS.md``, AMX Xeon, bf16, 1 thread): batched
+over questions 1.2x the eager model; one question per call, no gain beyond that machine's noise.
 """
 
 import contextlib
 import logging
+import time
 
 import torch
 
@@ -60,8 +61,8 @@ def _outside_output_capture():
 
 
 def _shape_guards():
-    """Dynamic sizes that are not unified because they happen to be equal (a length of 32 and a head size of 32):
-    with duck sizing a later length of 33 would recompile, and after ``recompile_limit`` recompiles dynamo falls back
+    """Keep dynamic sizes that happen to be equal (a length of 32 and a head size of 32) from being taken as one size:
+    with dynamo's duck sizing a later length of 33 would recompile, and after ``recompile_limit`` recompiles dynamo falls back
     to eager for good. Applied while a compiled pass runs (compiles happen inside calls)."""
     return torch.fx.experimental._config.patch(use_duck_shape=False)
 
@@ -150,12 +151,14 @@ class CompiledRankerModel:
         return TorchStages(self)
 
     def warm_up(self, ranker) -> None:
-        """Compile now (the first passes compile: about 30 s for MiniLM-L6 on one core) on two short questions of one
-        and two candidates, so that later calls of any batch and length reuse the graphs. A machine where inductor
+        """Compile now (the first passes compile: for MiniLM-L6 on one AMX Xeon core about 30 s, 70 s with its cascade
+        stages) on two short questions of one and eight candidates, so that later calls of any batch and length reuse
+        the graphs. A machine where inductor
         cannot build (no C++ compiler) raises :class:`TorchCompileError` saying so."""
         # dynamo specializes a size of 1: every pass (the full model, each cascade stage, each head) is compiled for a
         # batch of one pair and for more: one question of one candidate, one of eight (drop 0.5: stages of 8, 4, 2)
         calls = [("warm up", ["one candidate"]), ("warm up the compiled graphs", [f"candidate {i}" for i in range(8)])]
+        start = time.perf_counter()
         try:
             for question, candidates in calls:
                 ranker.rank(question, candidates)
@@ -167,3 +170,10 @@ class CompiledRankerModel:
                 f"{str(error).splitlines()[0] if str(error) else ''}): inductor needs a working C++ compiler (g++) "
                 "on the CPU, or triton on a GPU; install it, or rank without torch_compile"
             ) from error
+        logger.info(
+            "torch.compile: %s graphs built in %.0f s (%s, %s)",
+            "the ranker's and its cascade stages'" if self._stages else "the ranker's",
+            time.perf_counter() - start,
+            self.backend if isinstance(self.backend, str) else type(self.backend).__name__,
+            self.dtype,
+        )

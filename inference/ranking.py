@@ -223,9 +223,10 @@ class Ranker:
         ``batch_size``: default 16 pairs per forward pass on CPU, 64 on a GPU) go to :class:`Ranker`.
 
         ``torch_compile=True`` runs a torch backend's passes (and cascade stages) through ``torch.compile``
-        (:mod:`as2hub.inference.compiled`): compiled here, before the first call (about 30 s for MiniLM-L6 on one
-        core), faster per question where eager overhead dominates (``inference/BACKENDS.md``). An ONNX backend
-        refuses it; with ``backend="auto"`` it applies when the pick is a torch backend.
+        (:mod:`as2hub.inference.compiled`): compiled here, before the first call (MiniLM-L6 on one core: about 30 s,
+        70 s with cascade heads). Measured on an AMX Xeon (``inference/BACKENDS.md``): batched over questions 1.2x the
+        eager bf16 model, per question no gain beyond that machine's noise. An ONNX backend refuses it; with
+        ``backend="auto"`` it applies when the pick is a torch backend.
 
         Example:
             >>> ranker = Ranker.from_pretrained("path/to/ranker", backend="auto", num_threads=2)  # doctest: +SKIP
