@@ -12,7 +12,9 @@ then repeat 2, ...) and the best time of each is kept, so a load spike from anot
   same weights as a stock ``BertForSequenceClassification`` (its int8 graph: ``quantize_dynamic``, per tensor), as in
   ``bench_ranking_throughput.py``;
 - with ``--torch_compile``: ``as2hub <torch backend> compiled`` (``Ranker.from_pretrained(..., torch_compile=True)``)
-  and ``CrossEncoder torch [bf16] compiled`` (its transformers model through ``torch.compile`` with the same options).
+  and ``CrossEncoder torch [bf16] compiled`` (its transformers model through ``torch.compile`` with the same options);
+- with a CUDA backend (``--backends cuda-fp16,cuda-bf16``): ``CrossEncoder cuda fp16 / bf16`` on the GPU in the same
+  precision (compiled too with ``--torch_compile``).
 
 MAP / MRR / P@1 come from each system's order (a cascade's order puts dropped candidates below the survivors); the
 change against the same backend's full model has a 95% paired-bootstrap interval over questions.
@@ -166,20 +168,23 @@ def make_systems(args, folders, data) -> dict:
                 return ranked_lists(r, items, d, args.mode)
 
             systems[f"as2hub {label} cascade {drop}"] = ("as2hub", label, drop, cascade)
-    peers = {"CrossEncoder torch": (None, None, False)}
+    # name -> (ONNX graph, dtype, compiled, device, the as2hub backend of the same precision)
+    peers = {"CrossEncoder torch": (None, None, False, "cpu", "torch")}
     if use_bf16(args):
-        peers["CrossEncoder torch bf16"] = (None, torch.bfloat16, False)
+        peers["CrossEncoder torch bf16"] = (None, torch.bfloat16, False, "cpu", "torch-bf16")
+    for precision, dtype in (("fp16", torch.float16), ("bf16", torch.bfloat16)):
+        if f"cuda-{precision}" in args.backends:  # a GPU run: the peer on the GPU in the same precision
+            peers[f"CrossEncoder cuda {precision}"] = (None, dtype, False, "cuda", f"cuda-{precision}")
     if args.torch_compile:  # what a sentence-transformers user can do: torch.compile the model inside (the same
         # precisions as the as2hub torch backends compiled here)
-        compiled_dtypes = {None: "torch", torch.bfloat16: "torch-bf16"}
         peers.update({
-            f"{name} compiled": (None, dtype, True) for name, (_, dtype, _) in list(peers.items())
-            if compiled_dtypes[dtype] in args.backends
+            f"{name} compiled": (None, dtype, True, device, same) for name, (_, dtype, _, device, same)
+            in list(peers.items()) if same in args.backends
         })  # fmt: skip
     if optimum_available():
-        peers["CrossEncoder ONNX int8"] = (PEER_INT8, None, False)
-    for name, (graph, dtype, compiled) in peers.items():
-        encoder = cross_encoder(folders["peer"], args, args.threads, graph=graph, dtype=dtype)
+        peers["CrossEncoder ONNX int8"] = (PEER_INT8, None, False, "cpu", "onnx-int8")
+    for name, (graph, dtype, compiled, device, _) in peers.items():
+        encoder = cross_encoder(folders["peer"], args, args.threads, graph=graph, dtype=dtype, device=device)
         if compiled:
             compile_peer(encoder)
         for batch in args.peer_batch_sizes:

@@ -309,3 +309,51 @@ def test_the_lease_runs_each_later_seed_in_its_own_invocation_when_asked(tmp_pat
     )
     for tag, seed in (("a", 43), ("b", 44), ("c", 45), ("d", 46)):
         assert f"--systems contextual_dpc --seed_list {seed} " in calls[f"contextual_dpc_{tag}"]
+
+
+def question_part_commands() -> dict[str, list[str]]:
+    """The ``question`` part's commands (continuation lines joined, ``${COMMON[@]}`` expanded, shell values replaced by
+    stand-ins, ``"$@"`` dropped): script name -> its arguments, in order of appearance (run_as2 twice)."""
+    text = (ROOT / "benchmarks" / "gpu" / "run_gpu_session.sh").read_text()
+    block = text.split("\n  question)\n", 1)[1].split("\n    ;;\n", 1)[0]
+    common = shlex.split(re.search(r"COMMON=\((.*)\)", block).group(1))
+    joined = re.sub(r"\\\n\s*", " ", block)
+    commands = {}
+    for line in joined.splitlines():
+        match = re.search(
+            r"python3 (?:-m as2hub\.run_scripts\.run_as2|benchmarks/bench_cascade\.py) (.*?)(?: 2>&1| [>|] |$)", line
+        )
+        if not match:
+            continue
+        words = []
+        for word in shlex.split(match.group(1).replace('"${COMMON[@]}"', " ".join(common))):
+            if word == "$@":
+                continue
+            words.append("/tmp/stand-in" if "$" in word and "MODE" not in word else word.replace("$MODE", "question"))
+        name = "bench_cascade" if "bench_cascade" in line else f"run_as2_{len([k for k in commands if 'run_as2' in k])}"
+        commands[name] = words
+    return commands
+
+
+def test_the_question_part_fine_tunes_distills_and_benchmarks_with_accepted_flags():
+    """Issue 51's GPU part: the ranker's fine-tuning and the heads' distillation parse with run_as2's own parser (the
+    settings of the CPU runs), and the benchmark runs both CUDA precisions compiled, with the peers on the GPU."""
+    import bench_cascade
+    from transformers import HfArgumentParser
+
+    from as2hub.run_scripts import run_as2
+
+    commands = question_part_commands()
+    assert set(commands) == {"run_as2_0", "run_as2_1", "bench_cascade"}
+    parser = HfArgumentParser(
+        (run_as2.ModelArguments, run_as2.DataArguments, run_as2.AS2TrainingArguments, run_as2.ExportArguments,
+         run_as2.HubArguments)
+    )  # fmt: skip
+    finetune = parser.parse_args_into_dataclasses(commands["run_as2_0"])
+    heads = parser.parse_args_into_dataclasses(commands["run_as2_1"])
+    assert finetune[1].dataset == "wikiqa" and finetune[2].learning_rate == 2e-5 and finetune[2].seed == 45
+    assert heads[0].cascade_heads_only and heads[0].cascade_head_target == "distill"
+    assert heads[0].cascade_layers == "2,4" or list(heads[0].cascade_layers) == [2, 4]
+    bench = bench_cascade.parse_args(commands["bench_cascade"])
+    assert bench.backends == ["cuda-fp16", "cuda-bf16"] and bench.torch_compile and bench.mode == "question"
+    assert 1 in bench.peer_batch_sizes and 256 in bench.peer_batch_sizes
