@@ -52,9 +52,15 @@ def fresh_dynamo():
     torch._dynamo.reset()
 
 
-@pytest.mark.parametrize("backbone", ["bert", "roberta"])
-def test_compiled_ranker_compiles_once_and_scores_as_eager(tokenizers, backbone):
+HAS_CUDA = torch.cuda.is_available()
+NO_CUDA = "GPU lane: needs CUDA (torch.cuda.is_available() is False on this machine); run `pytest -m gpu` there"
+
+
+@pytest.mark.parametrize("backbone, dtype", [("bert", "fp32"), ("roberta", "fp32"), ("bert", "bf16")])
+def test_compiled_ranker_compiles_once_and_scores_as_eager(tokenizers, backbone, dtype):
+    """fp32 and the ``torch-bf16`` backend's bf16 model (dynamo's graph runs the eager operators: the same scores)."""
     model, tokenizer = cascade_model(tokenizers, backbone, contextual=False)
+    model = model.to({"fp32": torch.float32, "bf16": torch.bfloat16}[dtype])
     eager = Ranker(model, tokenizer)
     counter = CompileCounter()
     compiled = CompiledRankerModel(model, backend=counter)
@@ -137,3 +143,31 @@ def test_auto_backend_with_torch_compile_compiles_the_torch_pick(tokenizers, tmp
     want = by_index(rank_all(eager))
     for g, w in zip(got, want):
         assert torch.allclose(torch.tensor([s for _, s, _ in g]), torch.tensor([s for _, s, _ in w]), atol=1e-6)
+
+
+# cuda-fp16 compiled by inductor (triton kernels) against the eager cuda-fp16 model: scores within this (fp16 rounds
+# each fused kernel's output; a wrong mask or layer moves scores by 1e-2 or more).
+CUDA_FP16_ABS = 2e-3
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not HAS_CUDA, reason=NO_CUDA)
+def test_compiled_ranker_on_cuda_fp16(tokenizers):
+    """The GPU path: ``cuda-fp16`` compiled by inductor, with the cascade; no graph built after the warm-up."""
+    import torch._dynamo.utils as dynamo_utils
+
+    model, tokenizer = cascade_model(tokenizers, "bert", contextual=False)
+    model = model.to(device="cuda", dtype=torch.float16)
+    eager = Ranker(model, tokenizer)
+    compiled = CompiledRankerModel(model)
+    ranker = Ranker(compiled, tokenizer)
+    compiled.warm_up(ranker)
+    graphs = dynamo_utils.counters["stats"]["unique_graphs"]
+    for drop in (None, 0.5):
+        got = by_index(rank_all(ranker, drop))
+        want = by_index(rank_all(eager, drop))
+        for g, w in zip(got, want):
+            assert [(i, layer) for i, _, layer in g] == [(i, layer) for i, _, layer in w]
+            difference = (torch.tensor([s for _, s, _ in g]) - torch.tensor([s for _, s, _ in w])).abs().max()
+            assert difference <= CUDA_FP16_ABS
+    assert dynamo_utils.counters["stats"]["unique_graphs"] == graphs
