@@ -98,7 +98,6 @@ class CompiledRankerModel:
         self.dtype = model.dtype
         self.mode = mode
         self.backend = backend
-        self.pad_to_multiple_of = getattr(model, "pad_to_multiple_of", 8)
         self._forward = self._compile(model)
         self._stages = {}
         if cascade_layers(model):
@@ -145,9 +144,8 @@ class CompiledRankerModel:
         return self.module.classify_hidden(hidden)
 
     def cascade_stages(self) -> TorchStages:
-        """The cascade's stages on the compiled methods (what ``Ranker.rank(..., cascade_drop=...)`` runs)."""
-        if not self._stages:
-            return TorchStages(self.module)  # raises nothing here: check_cascade_heads refuses a model without heads
+        """The cascade's stages on the compiled methods (what ``Ranker.rank(..., cascade_drop=...)`` runs; a model
+        without heads is refused before, by ``check_cascade_heads``)."""
         return TorchStages(self)
 
     def warm_up(self, ranker) -> None:

@@ -165,8 +165,8 @@ class Ranker:
     (:data:`~as2hub.inference.batching.DEFAULT_CALL_COST`: 16 tokens on 1 CPU thread, 64 on 2, 256 with bf16 on 1
     thread; full batches on a GPU); ``float("inf")`` gives plain batches of ``batch_size`` sorted pairs. Scores do not
     depend on it beyond float rounding (ONNX int8: within 3e-5, fp32 within 1e-6, on WikiQA; bf16 within 4.4e-3, its
-    own batch dependence). ``max_length`` (tokens per input, longer ones truncated): ``None`` takes the one the model was trained with (its config's ``as2hub_max_length``,
-    written by ``run_as2.py``), else ``modeling/folders.py``'s ``DEFAULT_MAX_LENGTH``
+    own batch dependence). ``max_length`` (tokens per input, longer ones truncated): ``None`` takes the one the model
+    was trained with (its config's ``as2hub_max_length``, written by ``run_as2.py``), else ``modeling/folders.py``'s ``DEFAULT_MAX_LENGTH``
     (:func:`~as2hub.modeling.folders.ranking_max_length`).
     """
 
@@ -243,17 +243,16 @@ class Ranker:
             path, AutoModelForSequenceClassification, backend, quantize, num_threads, trust_remote_code
         )
         tokenizer = AutoTokenizer.from_pretrained(loaded.folder, trust_remote_code=trust_remote_code)
-        if not torch_compile:
-            return cls(loaded.model, tokenizer, backend=loaded.backend, **kwargs)
-        if not isinstance(loaded.model, torch.nn.Module):  # backend="auto" picked ONNX Runtime
-            logger.info("torch_compile: backend='auto' picked %r, which is not a torch backend: not compiled",
-                        loaded.backend)  # fmt: skip
-            return cls(loaded.model, tokenizer, backend=loaded.backend, **kwargs)
-        from as2hub.inference.compiled import CompiledRankerModel
+        model = loaded.model
+        if torch_compile and isinstance(model, torch.nn.Module):
+            from as2hub.inference.compiled import CompiledRankerModel
 
-        compiled = CompiledRankerModel(loaded.model)
-        ranker = cls(compiled, tokenizer, backend=loaded.backend, **kwargs)
-        compiled.warm_up(ranker)
+            model = CompiledRankerModel(model)
+        elif torch_compile:  # backend="auto" picked ONNX Runtime
+            logger.info("torch_compile: backend='auto' picked %r, not a torch backend: not compiled", loaded.backend)
+        ranker = cls(model, tokenizer, backend=loaded.backend, **kwargs)
+        if model is not loaded.model:
+            model.warm_up(ranker)
         return ranker
 
     def _tokens(self, texts: list[str]) -> list[list[int]]:

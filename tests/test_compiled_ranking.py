@@ -41,8 +41,18 @@ def rank_all(ranker, drop=None, contextual=False):
     return out
 
 
-def by_index(ranked):
-    return [sorted(question) for question in ranked]
+def side_by_side(ranker, eager, drops=(None,), contextual=False):
+    """Per drop and question, in candidate order: (the ranker's (index, layer) pairs, eager's, the ranker's scores,
+    eager's scores)."""
+    for drop in drops:
+        for got, want in zip(rank_all(ranker, drop, contextual), rank_all(eager, drop, contextual)):
+            got, want = sorted(got), sorted(want)
+            yield (
+                [(i, layer) for i, _, layer in got],
+                [(i, layer) for i, _, layer in want],
+                torch.tensor([score for _, score, _ in got]),
+                torch.tensor([score for _, score, _ in want]),
+            )
 
 
 @pytest.fixture(autouse=True)
@@ -68,12 +78,9 @@ def test_compiled_ranker_compiles_once_and_scores_as_eager(tokenizers, backbone,
     compiled.warm_up(ranker)
     frames = counter.frame_count
     assert frames >= 1
-    for drop in (None, 0.5, 0.3):
-        got = by_index(rank_all(ranker, drop))
-        want = by_index(rank_all(eager, drop))
-        for g, w in zip(got, want):
-            assert [(i, layer) for i, _, layer in g] == [(i, layer) for i, _, layer in w]
-            assert torch.allclose(torch.tensor([s for _, s, _ in g]), torch.tensor([s for _, s, _ in w]), atol=1e-6)
+    for got_layers, want_layers, got, want in side_by_side(ranker, eager, (None, 0.5, 0.3)):
+        assert got_layers == want_layers
+        assert torch.allclose(got, want, atol=1e-6)
     assert counter.frame_count == frames, "a question of another size or length compiled again"
 
 
@@ -97,13 +104,9 @@ def test_from_pretrained_torch_compile_inductor(tokenizers, tmp_path):
     eager = Ranker.from_pretrained(str(tmp_path), backend="torch")
     ranker = Ranker.from_pretrained(str(tmp_path), backend="torch", torch_compile=True)
     assert isinstance(ranker.model, CompiledRankerModel) and ranker.backend == "torch"
-    for drop in (None,):
-        got = by_index(rank_all(ranker, drop, contextual=True))
-        want = by_index(rank_all(eager, drop, contextual=True))
-        for g, w in zip(got, want):
-            assert [(i, layer) for i, _, layer in g] == [(i, layer) for i, _, layer in w]
-            difference = (torch.tensor([s for _, s, _ in g]) - torch.tensor([s for _, s, _ in w])).abs().max()
-            assert difference <= INDUCTOR_FP32_ABS
+    for got_layers, want_layers, got, want in side_by_side(ranker, eager, contextual=True):
+        assert got_layers == want_layers
+        assert (got - want).abs().max() <= INDUCTOR_FP32_ABS
 
 
 def test_onnx_backend_refuses_torch_compile(tmp_path):
@@ -139,10 +142,8 @@ def test_auto_backend_with_torch_compile_compiles_the_torch_pick(tokenizers, tmp
     ranker = Ranker.from_pretrained(str(tmp_path), backend="auto", torch_compile=True)
     assert isinstance(ranker.model, CompiledRankerModel) and ranker.backend.startswith("torch")
     eager = Ranker(ranker.model.module, tokenizer)
-    got = by_index(rank_all(ranker))
-    want = by_index(rank_all(eager))
-    for g, w in zip(got, want):
-        assert torch.allclose(torch.tensor([s for _, s, _ in g]), torch.tensor([s for _, s, _ in w]), atol=1e-6)
+    for _, _, got, want in side_by_side(ranker, eager):
+        assert torch.allclose(got, want, atol=1e-6)
 
 
 # cuda-fp16 compiled by inductor (triton kernels) against the eager cuda-fp16 model: scores within this (fp16 rounds
@@ -163,11 +164,7 @@ def test_compiled_ranker_on_cuda_fp16(tokenizers):
     ranker = Ranker(compiled, tokenizer)
     compiled.warm_up(ranker)
     graphs = dynamo_utils.counters["stats"]["unique_graphs"]
-    for drop in (None, 0.5):
-        got = by_index(rank_all(ranker, drop))
-        want = by_index(rank_all(eager, drop))
-        for g, w in zip(got, want):
-            assert [(i, layer) for i, _, layer in g] == [(i, layer) for i, _, layer in w]
-            difference = (torch.tensor([s for _, s, _ in g]) - torch.tensor([s for _, s, _ in w])).abs().max()
-            assert difference <= CUDA_FP16_ABS
+    for got_layers, want_layers, got, want in side_by_side(ranker, eager, (None, 0.5)):
+        assert got_layers == want_layers
+        assert (got - want).abs().max() <= CUDA_FP16_ABS
     assert dynamo_utils.counters["stats"]["unique_graphs"] == graphs
