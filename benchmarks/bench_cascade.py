@@ -13,6 +13,8 @@ then repeat 2, ...) and the best time of each is kept, so a load spike from anot
   ``bench_ranking_throughput.py``;
 - with ``--torch_compile``: ``as2hub <torch backend> compiled`` (``Ranker.from_pretrained(..., torch_compile=True)``)
   and ``CrossEncoder torch [bf16] compiled`` (its transformers model through ``torch.compile`` with the same options);
+- with ``--unpadded``: ``as2hub <torch backend> [compiled] unpadded`` (``Ranker.from_pretrained(..., unpadded=True)``:
+  the dense layers on the real tokens only, ``inference/unpadded.py``);
 - with a CUDA backend (``--backends cuda-fp16,cuda-bf16``): ``CrossEncoder cuda fp16 / bf16`` on the GPU in the same
   precision (compiled too with ``--torch_compile``).
 
@@ -78,6 +80,11 @@ def parse_args(argv=None):
         help="also run the torch backends compiled (as2hub: torch_compile=True; CrossEncoder: torch.compile of its "
         "model, the same options)",
     )
+    parser.add_argument(
+        "--unpadded",
+        action="store_true",
+        help="also run the torch backends (compiled too, with --torch_compile) with unpadded=True",
+    )
     parser.add_argument("--max_length", type=int, default=256)
     parser.add_argument("--bootstrap", type=int, default=10000)
     parser.add_argument("--bf16", choices=("auto", "on", "off"), default="auto", help="bf16 rows (auto: bf16 CPUs)")
@@ -136,18 +143,24 @@ def make_systems(args, folders, data) -> dict:
     from as2hub.inference.ranking import Ranker
 
     systems = {}
-    variants = [(backend, False) for backend in args.backends]
+    variants = [(backend, False, False) for backend in args.backends]
+    torch_backends = [backend for backend in args.backends if not backend.startswith("onnx")]
     if args.torch_compile:  # the torch backends again, compiled (Ranker.from_pretrained(..., torch_compile=True))
-        variants += [(backend, True) for backend in args.backends if not backend.startswith("onnx")]
-    for backend, compiled in variants:
+        variants += [(backend, True, False) for backend in torch_backends]
+    if args.unpadded:  # and unpadded (Ranker.from_pretrained(..., unpadded=True)), eager and compiled
+        variants += [(backend, compiled, True) for compiled in (False, True)[: 1 + args.torch_compile]
+                     for backend in torch_backends]  # fmt: skip
+    for backend, compiled, unpadded in variants:
         if backend == "torch-bf16" and not use_bf16(args):
             continue
-        label = f"{backend} compiled" if compiled else backend
+        label = backend + " compiled" * compiled + " unpadded" * unpadded
         try:
             check_runnable(backend)
             options = {"num_threads": args.threads} if backend.startswith("onnx") else {}
             if compiled:
                 options["torch_compile"] = True
+            if unpadded:
+                options["unpadded"] = True
             ranker = Ranker.from_pretrained(folders["as2hub"], backend=backend, max_length=args.max_length, **options)
         except Exception as error:  # noqa: BLE001 - a backend that cannot run here is left out, and said
             logger.warning("backend %s left out: %s", label, error)
@@ -305,6 +318,13 @@ def main(argv=None) -> dict:
                     "speed_1.5x_same_backend": run["vs_same_backend_full"] >= 1.5,
                     "speed_2x_best_crossencoder": run["vs_best_crossencoder"] >= 2.0,
                 }
+            elif run["backend"].endswith(" unpadded"):  # the full model unpadded against the same one padded
+                padded = by_name.get(f"as2hub {run['backend'].removesuffix(' unpadded')}")
+                if padded is not None:
+                    run["reference"] = padded["system"]
+                    run["change_vs_full"] = paired_bootstrap_metrics(
+                        per_q[run["system"]], per_q[padded["system"]], METRICS, args.bootstrap
+                    )
     report = {
         "benchmark": "cascade",
         "date": now_iso(),

@@ -142,6 +142,7 @@ def cascade_scores(
     pad_token_id: int,
     pad_to_multiple_of: int | None = 8,
     call_cost: float = float("inf"),
+    runner=None,
 ) -> CascadeResult:
     """Score ``rows`` (``(input_ids, token_type_ids)`` built by the ranker's layout) through the cascade.
 
@@ -149,9 +150,13 @@ def cascade_scores(
     at least one stays) leave with that head's score. Returns every row's score and the layer that gave it. Each
     stage cuts its survivors into batches of at most ``batch_size`` rows by their lengths and ``call_cost``
     (:func:`~as2hub.inference.batching.length_batches`; the default, infinite, gives full length-sorted batches).
+    ``runner`` runs the stages (default :func:`stage_runner`; the ranker's ``unpadded=True`` passes
+    :class:`~as2hub.inference.unpadded.UnpaddedStages`, whose ``packed`` stages take and return each row's states
+    without padding).
     """
     check_cascade(model, drop)
-    runner = stage_runner(model)
+    runner = runner or stage_runner(model)
+    packed = getattr(runner, "packed", False)
     stages = runner.stages
     scores = torch.empty(len(rows))
     layers = [0] * len(rows)
@@ -166,13 +171,15 @@ def cascade_scores(
                 batch = pad_batch([rows[i] for i in chunk], pad_token_id, pad_to_multiple_of)
                 lengths = batch["attention_mask"].sum(dim=1).tolist()
                 states, logits = runner.run(0, batch=batch)
+            elif packed:  # each row's states as they are: (its length, hidden)
+                states, logits = runner.run(stage, hidden=[hidden.pop(i) for i in chunk])
             else:
                 states, mask = _pad_hidden([hidden.pop(i) for i in chunk], pad_to_multiple_of)
                 lengths = mask.sum(dim=1).tolist()
                 states, logits = runner.run(stage, hidden=states, attention_mask=mask)
             if not last:
                 for row, i in enumerate(chunk):
-                    hidden[i] = states[row, : lengths[row]]
+                    hidden[i] = states[row] if packed else states[row, : lengths[row]]
             logits = torch.as_tensor(logits).float()
             for i, value in zip(chunk, model.logits_to_scores(logits).cpu().tolist()):
                 stage_scores[i] = value

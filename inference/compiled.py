@@ -24,12 +24,14 @@ over questions 1.2x the eager model; one question per call, no gain beyond that 
 """
 
 import contextlib
+import functools
 import logging
 import time
 
 import torch
 
 from as2hub.inference.cascade import TorchStages, cascade_layers
+from as2hub.inference.unpadded import packed_encode
 from as2hub.modeling.first_token import first_token_last_layer
 
 logger = logging.getLogger("as2hub.backends")
@@ -105,6 +107,8 @@ class CompiledRankerModel:
                 name: self._compile(getattr(model, name))
                 for name in ("cascade_embed", "cascade_encode", "cascade_head_logits")
             }  # classify_hidden (the pooler and head on one token per row) stays eager: no work to fuse
+        # the unpadded pass (Ranker(..., unpadded=True)): compiled on first use, one graph per stage
+        self._packed_encode = self._compile(functools.partial(packed_encode, model))
 
     def _compile(self, function):
         options = COMPILE_OPTIONS if self.backend == "inductor" and self.mode is None else None
@@ -130,7 +134,14 @@ class CompiledRankerModel:
             return self._stages[name](*args, **kwargs)
 
     def cascade_embed(self, **batch):
+        if "cascade_embed" not in self._stages:  # no cascade heads: the unpadded pass embeds eagerly (a lookup)
+            return self.module.cascade_embed(**batch)
         return self._stage("cascade_embed", **batch)
+
+    def packed_encode(self, hidden, index, firsts, pattern, start: int, end: int):
+        """:func:`~as2hub.inference.unpadded.packed_encode` of the model, compiled."""
+        with _shape_guards(), _outside_output_capture():
+            return self._packed_encode(hidden, index, firsts, pattern, start, end)
 
     def cascade_encode(self, hidden, attention_mask, start: int, end: int):
         last = end == self.config.num_hidden_layers  # the final stage: its last layer for the first token only

@@ -38,6 +38,7 @@ from as2hub.inference.batching import (
     scoring_threads,
 )
 from as2hub.inference.cascade import cascade_order, cascade_scores
+from as2hub.inference.unpadded import UnpaddedStages, check_unpadded, unpadded_logits
 from as2hub.modeling.first_token import first_token_last_layer
 from as2hub.modeling.folders import check_model_path, ranking_max_length
 from as2hub.modeling.segment_layout import SegmentLayout, pad_batch
@@ -168,6 +169,11 @@ class Ranker:
     own batch dependence). ``max_length`` (tokens per input, longer ones truncated): ``None`` takes the one the model
     was trained with (its config's ``as2hub_max_length``, written by ``run_as2.py``), else ``modeling/folders.py``'s ``DEFAULT_MAX_LENGTH``
     (:func:`~as2hub.modeling.folders.ranking_max_length`).
+
+    ``unpadded=True`` (a torch backend; :mod:`as2hub.inference.unpadded`) computes the encoder's dense layers on the
+    pairs' real tokens only, attention in the padded layout: batches are then ``batch_size`` length-sorted pairs (the
+    cost model's padding is attention's alone), and the cascade carries each survivor's tokens unpadded. Scores equal
+    the padded pass's up to float rounding.
     """
 
     def __init__(
@@ -178,6 +184,7 @@ class Ranker:
         batch_size: int | None = None,
         backend="torch",
         call_cost: float | None = None,
+        unpadded: bool = False,
     ):
         self.model = model.eval()
         self.tokenizer = tokenizer
@@ -194,6 +201,9 @@ class Ranker:
             check_call_cost(call_cost)
         self._call_cost = None if call_cost is None else float(call_cost)
         self.layout.check_max_length(self.max_length, 3 if self.contextual else 2)
+        if unpadded:
+            check_unpadded(model)
+        self.unpadded = bool(unpadded)
 
     @classmethod
     def from_pretrained(
@@ -204,6 +214,7 @@ class Ranker:
         quantize: str | None = None,
         num_threads: int | None = None,
         torch_compile: bool = False,
+        unpadded: bool = False,
         **kwargs,
     ) -> "Ranker":
         """Load a saved ranker and the backend that scores with it.
@@ -228,17 +239,25 @@ class Ranker:
         eager bf16 model, per question no gain beyond that machine's noise. An ONNX backend refuses it; with
         ``backend="auto"`` it applies when the pick is a torch backend.
 
+        ``unpadded=True`` skips the padding in the dense layers (:mod:`as2hub.inference.unpadded`; a torch backend, eager
+        or compiled): on an AMX Xeon, one WikiQA question per call, 1.1-1.2x the padded pass (``inference/BACKENDS.md``).
+
         Example:
             >>> ranker = Ranker.from_pretrained("path/to/ranker", backend="auto", num_threads=2)  # doctest: +SKIP
             >>> ranker.backend  # doctest: +SKIP
             'onnx-int8'
             >>> fast = Ranker.from_pretrained("path/to/ranker", backend="torch-bf16", torch_compile=True)  # doctest: +SKIP
+            >>> fast = Ranker.from_pretrained("path/to/ranker", backend="torch-bf16", unpadded=True)  # doctest: +SKIP
         """
-        if torch_compile and normalize(backend, quantize)[0] == "onnx":
-            raise ValueError(
-                f"torch_compile=True applies to the torch backends, not {backend!r} (ONNX Runtime optimizes its own "
-                "graph): use backend='torch', 'torch-bf16' or a CUDA backend"
-            )
+        for flag, value, why in (
+            ("torch_compile", torch_compile, "ONNX Runtime optimizes its own graph"),
+            ("unpadded", unpadded, "the exported graph computes padded batches"),
+        ):
+            if value and normalize(backend, quantize)[0] == "onnx":
+                raise ValueError(
+                    f"{flag}=True applies to the torch backends, not {backend!r} ({why}): use backend='torch', "
+                    "'torch-bf16' or a CUDA backend"
+                )
         loaded = load_scoring_model(
             path, AutoModelForSequenceClassification, backend, quantize, num_threads, trust_remote_code
         )
@@ -250,7 +269,10 @@ class Ranker:
             model = CompiledRankerModel(model)
         elif torch_compile:  # backend="auto" picked ONNX Runtime
             logger.info("torch_compile: backend='auto' picked %r, not a torch backend: not compiled", loaded.backend)
-        ranker = cls(model, tokenizer, backend=loaded.backend, **kwargs)
+        if unpadded and not isinstance(loaded.model, torch.nn.Module):  # backend="auto" picked ONNX Runtime
+            logger.info("unpadded: backend='auto' picked %r, not a torch backend: padded batches", loaded.backend)
+            unpadded = False
+        ranker = cls(model, tokenizer, backend=loaded.backend, unpadded=unpadded, **kwargs)
         if model is not loaded.model:
             model.warm_up(ranker)
         return ranker
@@ -278,6 +300,11 @@ class Ranker:
         rows = self._rows(questions, candidates, contexts)
         scores = torch.empty(len(rows))
         device = self.model.device
+        if self.unpadded:
+            for chunk in self.batches([len(ids) for ids, _ in rows]):
+                batch = pad_batch([rows[i] for i in chunk], self.layout.pad_token_id, None)
+                scores[chunk] = self.model.logits_to_scores(unpadded_logits(self.model, batch).float()).cpu()
+            return scores
         with first_token_last_layer(self.model):  # the head reads the first token: the last layer computes it alone
             for chunk in self.batches([len(ids) for ids, _ in rows]):
                 batch = pad_batch([rows[i] for i in chunk], self.layout.pad_token_id, self.pad_to_multiple_of)
@@ -295,7 +322,10 @@ class Ranker:
 
     def batches(self, lengths: list[int]) -> list[list[int]]:
         """Which rows (of these token lengths) share a forward pass: length-sorted batches of at most ``batch_size``
-        rows, cut where padding plus ``call_cost`` per pass costs least (:func:`~as2hub.inference.batching.length_batches`)."""
+        rows, cut where padding plus ``call_cost`` per pass costs least (:func:`~as2hub.inference.batching.length_batches`);
+        with ``unpadded``, where the dense layers compute no padding, full length-sorted batches of ``batch_size``."""
+        if self.unpadded:
+            return length_batches(lengths, self.batch_size, float("inf"), None)
         return length_batches(lengths, self.batch_size, self.call_cost, self.pad_to_multiple_of)
 
     def rank(
@@ -347,8 +377,9 @@ class Ranker:
                 cascade_drop,
                 self.batch_size,
                 self.layout.pad_token_id,
-                self.pad_to_multiple_of,
-                call_cost=self.call_cost,
+                None if self.unpadded else self.pad_to_multiple_of,
+                call_cost=float("inf") if self.unpadded else self.call_cost,
+                runner=UnpaddedStages(self.model) if self.unpadded else None,
             )
             scores, layers = result.scores.tolist(), result.layers
         ranked, offset = [], 0

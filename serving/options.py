@@ -96,6 +96,11 @@ class RankerOptions:
         "inference/BACKENDS.md)",
         type=bool,
     )
+    unpadded: bool = option(
+        False,
+        "torch backends: compute the dense layers on the pairs' real tokens only (inference/unpadded.py)",
+        type=bool,
+    )
 
     def __post_init__(self):
         if self.backend not in BACKEND_CHOICES:
@@ -103,11 +108,12 @@ class RankerOptions:
         if self.quantize not in (None, *QUANTIZE_CHOICES):
             raise ArgumentError(f"--quantize must be one of {', '.join(QUANTIZE_CHOICES)}, got {self.quantize!r}")
         at_least(self, 1, "threads", "max_length", "batch_size")
-        if self.torch_compile and (self.backend.startswith("onnx") or self.quantize is not None):
-            raise ArgumentError(
-                f"--torch_compile applies to the torch backends, not --backend {self.backend}"
-                + (f" --quantize {self.quantize}" if self.quantize else "")
-            )
+        for flag in ("torch_compile", "unpadded"):
+            if getattr(self, flag) and (self.backend.startswith("onnx") or self.quantize is not None):
+                raise ArgumentError(
+                    f"--{flag} applies to the torch backends, not --backend {self.backend}"
+                    + (f" --quantize {self.quantize}" if self.quantize else "")
+                )
 
     def backend_options(self) -> dict:
         """Keyword arguments for ``Ranker.from_pretrained`` / ``JointRanker.from_pretrained``: the backend string is
@@ -132,13 +138,13 @@ class RankerOptions:
         from as2hub.inference.ranking import Ranker
 
         self.set_threads()
-        compiled = {"torch_compile": True} if self.torch_compile else {}
+        switches = {name: True for name in ("torch_compile", "unpadded") if getattr(self, name)}
         return Ranker.from_pretrained(
             path or self.model,
             max_length=self.max_length,
             batch_size=self.batch_size,
             **self.backend_options(),
-            **compiled,
+            **switches,
         )
 
 

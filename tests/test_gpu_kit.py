@@ -356,4 +356,5 @@ def test_the_question_part_fine_tunes_distills_and_benchmarks_with_accepted_flag
     assert heads[0].cascade_layers == "2,4" or list(heads[0].cascade_layers) == [2, 4]
     bench = bench_cascade.parse_args(commands["bench_cascade"])
     assert bench.backends == ["cuda-fp16", "cuda-bf16"] and bench.torch_compile and bench.mode == "question"
+    assert bench.unpadded  # the unpadded pass measured on the GPU too (issue 51)
     assert 1 in bench.peer_batch_sizes and 256 in bench.peer_batch_sizes

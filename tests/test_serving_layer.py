@@ -86,6 +86,7 @@ RANKER_FLAGS = {
     "max_length": (None, None),  # None: the model's trained max length
     "batch_size": (None, None),
     "torch_compile": (False, None),  # a switch (--torch_compile, no value)
+    "unpadded": (False, None),  # a switch (--unpadded)
 }
 SERVE_FLAGS = {
     **RANKER_FLAGS,
@@ -177,6 +178,7 @@ def test_the_default_max_length_is_written_once():
         (RankerOptions, {"threads": 0}, "--threads must be at least 1, got 0"),
         (RankerOptions, {"max_length": 0}, "--max_length must be at least 1, got 0"),
         (RankerOptions, {"backend": "onnx-int8", "torch_compile": True}, "--torch_compile applies to the torch backends"),
+        (RankerOptions, {"backend": "onnx", "unpadded": True}, "--unpadded applies to the torch backends, not --backend onnx"),
         (ScoreConfig, {"batch_size": 0}, "--batch_size must be at least 1, got 0"),
         (ServeConfig, {"cascade_drop": 1.0}, "--cascade_drop is the fraction of candidates dropped at each head, in [0, 1)"),
         (ServeConfig, {"cascade_drop": -0.1}, "in [0, 1); got -0.1"),
@@ -233,8 +235,10 @@ def test_a_folders_trained_max_length_is_the_ranking_default(stock_checkpoint, t
         assert options_class(model=str(plain)).load_ranker().max_length == 256
 
 
-def test_torch_compile_is_a_switch_that_reaches_the_ranker(monkeypatch):
-    """``--torch_compile`` is a flag without a value (off unless given) and the ranker is loaded with it."""
+@pytest.mark.parametrize("switch", ["torch_compile", "unpadded"])
+def test_ranker_switches_are_flags_that_reach_the_ranker(monkeypatch, switch):
+    """``--torch_compile`` and ``--unpadded`` are flags without a value (off unless given) and the ranker is loaded
+    with them."""
     import argparse
 
     from as2hub.inference.ranking import Ranker
@@ -242,11 +246,11 @@ def test_torch_compile_is_a_switch_that_reaches_the_ranker(monkeypatch):
 
     parser = argparse.ArgumentParser()
     add_flags(parser, ServeConfig)
-    assert from_flags(ServeConfig, parser.parse_args([]), model="m").torch_compile is False
-    config = from_flags(ServeConfig, parser.parse_args(["--torch_compile", "--backend", "torch-bf16"]), model="m")
+    assert getattr(from_flags(ServeConfig, parser.parse_args([]), model="m"), switch) is False
+    config = from_flags(ServeConfig, parser.parse_args([f"--{switch}", "--backend", "torch-bf16"]), model="m")
     calls = []
     monkeypatch.setattr(Ranker, "from_pretrained", classmethod(lambda cls, path, **kw: calls.append((path, kw))))
     config.load_ranker()
-    assert calls == [("m", {"max_length": None, "batch_size": None, "backend": "torch-bf16", "torch_compile": True})]
+    assert calls == [("m", {"max_length": None, "batch_size": None, "backend": "torch-bf16", switch: True})]
     RankerOptions("m").load_ranker()
-    assert "torch_compile" not in calls[-1][1]
+    assert switch not in calls[-1][1]

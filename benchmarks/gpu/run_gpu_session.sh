@@ -87,7 +87,7 @@ case "$PART" in
         > "$OUT/question_heads.log" 2>&1 || { tail -20 "$OUT/question_heads.log"; exit 1; }
     fi
     timeout "$LIMIT" python3 benchmarks/bench_cascade.py --model_dir "$WORK/heads" --mode "$MODE" \
-      --backends cuda-fp16,cuda-bf16 --torch_compile --drops 0.3 --peer_batch_sizes 1,8,64,256 --repeats 3 \
+      --backends cuda-fp16,cuda-bf16 --torch_compile --unpadded --drops 0.3 --peer_batch_sizes 1,8,64,256 --repeats 3 \
       --work_dir "$WORK/bench" --results "$OUT/cascade_${MODE}_gpu.json" "$@" 2>&1 | tee "$OUT/cascade_${MODE}_gpu.log"
     ;;
   pretrain_speed)

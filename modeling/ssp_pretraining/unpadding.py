@@ -14,7 +14,8 @@ padding positions, so the heads read ``last_hidden_state`` as before.
 The layers' weights are the stock ones (``encoder.layer.N.attention.self.query``, ...): a checkpoint does not depend on
 the flag, and the same weights give the same losses and gradients as the padded pass, to float rounding. Evaluation,
 export and scoring (``model.eval()``) keep the stock padded pass, as do calls that ask for ``output_attentions`` or
-``output_hidden_states``. Dropout draws its masks over the gathered tokens, so a training step with dropout is not
+``output_hidden_states``; as2hub's ranker scores unpadded on request with these layer functions
+(``Ranker(..., unpadded=True)``, ``as2hub/inference/unpadded.py``). Dropout draws its masks over the gathered tokens, so a training step with dropout is not
 the padded pass's step bit for bit, only in distribution.
 
 Under ``torch.compile`` the gather's size is data-dependent: set ``torch._dynamo.config.capture_dynamic_output_shape_ops``

@@ -1,0 +1,205 @@
+"""Scoring without padding: the encoder's dense layers on a batch's real tokens only (``Ranker(..., unpadded=True)``).
+
+A question's candidates differ in length, so a padded batch computes padding: on the WikiQA test set, one question per
+call, 31% of the tokens a padded pass computes are padding (``inference/BACKENDS.md``). With ``unpadded=True`` the
+:class:`~as2hub.inference.ranking.Ranker` embeds a padded batch (cheap), gathers its real tokens into one
+``(tokens, hidden)`` matrix and runs every encoder layer's linear layers, GELU and layer norms on those tokens only;
+attention scatters the projected queries, keys and values into the padded ``(batch, heads, length, head size)``
+layout for one call per layer (``modeling/ssp_pretraining/unpadding.py``'s ``padded`` layout, the one the pre-training
+uses), and the last layer computes the first token of each pair only (its keys and values read every token), as
+:mod:`as2hub.modeling.first_token` does in the padded pass. The cascade's stages (``cascade_drop``) carry each
+survivor's real tokens from stage to stage and never re-pad them.
+
+The same weights give the same scores up to float rounding (``tests/test_unpadded_ranking.py``: fp32 within 1e-5 of
+the padded pass). Applies to as2hub's contextual and pairwise cross-encoders (BERT, RoBERTa, ELECTRA encoder layers)
+on a torch backend, eager or compiled (``torch_compile=True``); :func:`check_unpadded` says why another model cannot.
+
+Example:
+    >>> from as2hub.inference import Ranker
+    >>> ranker = Ranker.from_pretrained("path/to/ranker", backend="torch-bf16", unpadded=True)  # doctest: +SKIP
+    >>> ranker.rank("who wrote hamlet?", ["Hamlet is a tragedy.", "Shakespeare wrote it."])  # doctest: +SKIP
+"""
+
+from dataclasses import dataclass
+
+import torch
+
+from as2hub.inference.cascade import cascade_layers
+from as2hub.modeling.first_token import last_bert_layer
+from as2hub.modeling.ssp_pretraining.unpadding import UnpaddedBatch, scatter_rows, unpadded_layer
+
+
+class UnpaddedUnsupportedError(ValueError):
+    """``unpadded=True`` was asked of a model or backend that has no unpadded pass."""
+
+
+def check_unpadded(model) -> None:
+    """Raise :class:`UnpaddedUnsupportedError` unless ``model`` (a torch ranker, or a compiled one) can score unpadded:
+    an as2hub cross-encoder (its staged methods: ``cascade_embed``, ``classify_hidden``) whose head reads the first
+    token and whose encoder layers have the BERT layout (``attention.self``, ``attention.output``, ``intermediate``,
+    ``output``)."""
+    module = getattr(model, "module", model)
+    if not isinstance(module, torch.nn.Module):
+        raise UnpaddedUnsupportedError(
+            f"unpadded=True runs the torch model's layers; {type(model).__name__} is not a torch model (an ONNX "
+            "backend scores its exported graph): use backend='torch', 'torch-bf16' or a CUDA backend"
+        )
+    missing = [name for name in ("cascade_embed", "classify_hidden") if not hasattr(module, name)]
+    layers = getattr(getattr(getattr(module, "base_model", None), "encoder", None), "layer", None)
+    if missing or last_bert_layer(module) is None or not layers:
+        raise UnpaddedUnsupportedError(
+            f"unpadded=True needs an as2hub cross-encoder with BERT-style encoder layers and a first-token head "
+            f"(contextual or pairwise RoBERTa, ELECTRA, BERT); {type(module).__name__} is not one"
+        )
+    for layer in layers:
+        attention = getattr(layer, "attention", None)
+        parts = (getattr(attention, "self", None), getattr(attention, "output", None))
+        if any(part is None for part in parts) or getattr(layer, "add_cross_attention", False):
+            raise UnpaddedUnsupportedError(
+                f"unpadded=True: {type(layer).__name__} is not a BERT-style encoder layer (attention.self, "
+                "attention.output, intermediate, output; no cross-attention)"
+            )
+
+
+# The packed matrix's rows are rounded up to a multiple of this (zero rows after the real tokens). Every new row count
+# is a new matrix shape, and oneDNN builds (JIT-compiles) a kernel per shape: with a question's exact token count, nearly
+# every call met a new shape and ranked slower than the padded pass (AMX Xeon, bf16, 1 thread, 2026-11-29:
+# 143-162 against 190-236 pairs/s on the 237 WikiQA test questions); rounded up, a few dozen shapes recur. The extra
+# rows cost at most 31 tokens per pass.
+ROW_MULTIPLE = 32
+
+
+@dataclass
+class PackedRows:
+    """Where a batch's real tokens are: ``index`` (flat positions into the padded layout's ``batch * length``: the
+    real tokens row by row, then as many padding positions as the packed matrix has extra rows), ``firsts`` (each
+    row's first token in the packed matrix), ``pattern`` (``(batch, 1, 1, length)``, True at real keys), the rows'
+    ``lengths`` and ``total`` (the packed matrix's rows: the real tokens rounded up to :data:`ROW_MULTIPLE`)."""
+
+    index: torch.Tensor
+    firsts: torch.Tensor
+    pattern: torch.Tensor
+    lengths: list[int]
+    total: int
+
+    @classmethod
+    def from_lengths(cls, lengths: list[int], device, multiple: int | None = ROW_MULTIPLE) -> "PackedRows":
+        """The packing of rows of these token counts (each at least one), left-aligned in a padded layout as long as
+        the longest row (longer where the extra rows need more padding positions than it has)."""
+        real = sum(lengths)
+        total = -(-real // multiple) * multiple if multiple else real
+        length = max(max(lengths), -(-total // len(lengths)))
+        sizes = torch.tensor(lengths, device=device)
+        keep = torch.arange(length, device=device) < sizes[:, None]
+        flat = keep.reshape(-1)
+        index = flat.nonzero().squeeze(-1)
+        if total > real:  # the extra rows sit at padding positions: masked as keys, never read back
+            index = torch.cat([index, (~flat).nonzero().squeeze(-1)[: total - real]])
+        return cls(index, torch.cumsum(sizes, 0) - sizes, keep[:, None, None, :], list(lengths), total)
+
+    def pack(self, tokens: torch.Tensor) -> torch.Tensor:
+        """The real tokens' ``(tokens, hidden)`` states with the extra zero rows appended: the packed matrix."""
+        extra = self.total - tokens.shape[0]
+        return torch.cat([tokens, tokens.new_zeros(extra, tokens.shape[1])]) if extra else tokens
+
+    def split(self, hidden: torch.Tensor) -> list[torch.Tensor]:
+        """The packed matrix's real tokens as one ``(length, hidden)`` view per row."""
+        return list(hidden[: sum(self.lengths)].split(self.lengths))
+
+
+def packed_encode(
+    model,
+    hidden: torch.Tensor,
+    index: torch.Tensor,
+    firsts: torch.Tensor,
+    pattern: torch.Tensor,
+    start: int,
+    end: int,
+) -> torch.Tensor:
+    """Encoder layers ``start`` .. ``end - 1`` of ``model`` on the packed ``(tokens, hidden)`` states.
+
+    Returns the packed states after layer ``end - 1``; when ``end`` is the model's depth, the last layer computes each
+    row's first token only and the result is ``(rows, hidden)``. Every argument is a tensor or an int, so that
+    ``torch.compile`` traces it with dynamic token and row counts (:mod:`as2hub.inference.compiled`)."""
+    layers = model.base_model.encoder.layer
+    batch, length = pattern.shape[0], pattern.shape[-1]
+    plan = UnpaddedBatch(index, batch, length, pattern)
+    stop = end - 1 if end == len(layers) else end
+    for layer in layers[start:stop]:
+        hidden = unpadded_layer(layer, hidden, plan)
+    if stop == end:
+        return hidden
+    return _first_token_layer(layers[end - 1], hidden, plan, firsts)
+
+
+def _first_token_layer(layer, hidden: torch.Tensor, plan: UnpaddedBatch, firsts: torch.Tensor) -> torch.Tensor:
+    """The layer's output at each row's first token: its query attends to the row's keys and values."""
+    attention = layer.attention.self
+    heads, head_size = attention.num_attention_heads, attention.attention_head_size
+    batch, length = plan.batch, plan.length
+    first = hidden.index_select(0, firsts)  # (rows, hidden)
+    query = attention.query(first).view(batch, 1, heads, head_size).transpose(1, 2)
+    keys_values = torch.cat([attention.key(hidden), attention.value(hidden)], dim=-1)
+    padded = scatter_rows(keys_values, plan.index, batch * length).view(batch, length, 2, heads, head_size)
+    key, value = padded.permute(2, 0, 3, 1, 4).unbind(0)  # each (batch, heads, length, head_size)
+    context = torch.nn.functional.scaled_dot_product_attention(
+        query, key, value, attn_mask=plan.pattern, scale=getattr(attention, "scaling", head_size**-0.5)
+    )
+    context = context.transpose(1, 2).reshape(batch, heads * head_size)
+    return layer.feed_forward_chunk(layer.attention.output(context, first))
+
+
+def embed_packed(model, batch: dict) -> tuple[torch.Tensor, PackedRows]:
+    """A padded token batch's embeddings (``model.cascade_embed``: segments, positions, ELECTRA's projection as the
+    full forward computes them), packed: ``(tokens, hidden)`` and where the tokens are."""
+    mask = batch["attention_mask"]
+    embeddings = model.cascade_embed(**batch)
+    rows, length, width = embeddings.shape
+    packing = PackedRows.from_lengths(mask.sum(dim=1).tolist(), embeddings.device)
+    tokens = embeddings.reshape(rows * length, width).index_select(0, mask.reshape(-1).nonzero().squeeze(-1))
+    return packing.pack(tokens), packing
+
+
+def encode(model, hidden: torch.Tensor, packing: PackedRows, start: int, end: int) -> torch.Tensor:
+    """:func:`packed_encode` through ``model.packed_encode`` where the model has one (the compiled ranker's)."""
+    own = getattr(model, "packed_encode", None)
+    if own is not None:
+        return own(hidden, packing.index, packing.firsts, packing.pattern, start, end)
+    return packed_encode(model, hidden, packing.index, packing.firsts, packing.pattern, start, end)
+
+
+@torch.inference_mode()
+def unpadded_logits(model, batch: dict) -> torch.Tensor:
+    """The full model's logits for a padded token batch, computed on its real tokens (the first token of the last
+    layer only)."""
+    batch = {key: value.to(model.device) for key, value in batch.items()}
+    hidden, packing = embed_packed(model, batch)
+    first = encode(model, hidden, packing, 0, model.config.num_hidden_layers)
+    return model.classify_hidden(first[:, None, :])
+
+
+class UnpaddedStages:
+    """The cascade's stages without padding: what :func:`~as2hub.inference.cascade.cascade_scores` asks of a backend
+    (``packed = True``: a later stage takes the survivors' states as a list of ``(length, hidden)`` tensors and returns
+    them so)."""
+
+    packed = True
+
+    def __init__(self, model):
+        self.model = model
+        self.stages = [*cascade_layers(model), model.config.num_hidden_layers]
+        self.device = model.device
+
+    def run(self, stage: int, batch=None, hidden=None, attention_mask=None):
+        start = self.stages[stage - 1] if stage else 0
+        end = self.stages[stage]
+        if stage == 0:
+            states, packing = embed_packed(self.model, {key: value.to(self.device) for key, value in batch.items()})
+        else:
+            packing = PackedRows.from_lengths([state.shape[0] for state in hidden], self.device)
+            states = packing.pack(torch.cat(hidden))
+        states = encode(self.model, states, packing, start, end)
+        if stage == len(self.stages) - 1:
+            return None, self.model.classify_hidden(states[:, None, :])
+        logits = self.model.cascade_head_logits(stage, states.index_select(0, packing.firsts)[:, None, :])
+        return packing.split(states), logits
