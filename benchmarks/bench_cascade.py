@@ -335,6 +335,8 @@ def main(argv=None) -> dict:
             "num_hidden_layers": depth,
             "num_questions": len(data),
             "num_pairs": num_pairs,
+            # oneDNN keeps 1,024 kernels by default; every system of this run shares that cache in one process
+            "onednn_primitive_cache_capacity": os.environ.get("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "default (1024)"),
             "threads": args.threads,
             "repeats": args.repeats,
             "max_length": args.max_length,
