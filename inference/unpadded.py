@@ -62,10 +62,10 @@ def check_unpadded(model) -> None:
 
 
 # The packed matrix's rows are rounded up to a multiple of this (zero rows after the real tokens). Every new row count
-# is a new matrix shape, and oneDNN builds (JIT-compiles) a kernel per shape: with a question's exact token count, nearly
-# every call met a new shape and ranked slower than the padded pass (AMX Xeon, bf16, 1 thread, 2026-11-29:
-# 143-162 against 190-236 pairs/s on the 237 WikiQA test questions); rounded up, a few dozen shapes recur. The extra
-# rows cost at most 31 tokens per pass.
+# is a new matrix shape, and oneDNN builds (JIT-compiles) a kernel per shape, 1.3 ms each: with a question's exact token
+# count, one product in eight met a new shape (1,180 builds in a pass over the 237 WikiQA test questions) and the pass
+# ranked slower than the padded one (AMX Xeon, bf16, 1 thread, 2026-11-29: 162 against 236 pairs/s); rounded up,
+# 180 builds. The extra rows cost at most 31 tokens per pass.
 ROW_MULTIPLE = 32
 
 
