@@ -22,6 +22,7 @@ ids of BERT-style tokenizers (1 for the candidate and the context alike) are rai
 so the pipeline, sentence-transformers' ``CrossEncoder`` and :class:`Ranker` give the same scores.
 """
 
+import contextlib
 import logging
 from dataclasses import dataclass, field
 
@@ -301,16 +302,16 @@ class Ranker:
         rows = self._rows(questions, candidates, contexts)
         scores = torch.empty(len(rows))
         device = self.model.device
-        if self.unpadded:
+        multiple = self._passes()[1]
+        # the head reads the first token: the last layer computes it alone (the unpadded pass does so itself)
+        with contextlib.nullcontext() if self.unpadded else first_token_last_layer(self.model):
             for chunk in self.batches([len(ids) for ids, _ in rows]):
-                batch = pad_batch([rows[i] for i in chunk], self.layout.pad_token_id, None)
-                scores[chunk] = self.model.logits_to_scores(unpadded_logits(self.model, batch).float()).cpu()
-            return scores
-        with first_token_last_layer(self.model):  # the head reads the first token: the last layer computes it alone
-            for chunk in self.batches([len(ids) for ids, _ in rows]):
-                batch = pad_batch([rows[i] for i in chunk], self.layout.pad_token_id, self.pad_to_multiple_of)
-                logits = self.model(**{k: v.to(device) for k, v in batch.items()}).logits.float()
-                scores[chunk] = self.model.logits_to_scores(logits).cpu()
+                batch = pad_batch([rows[i] for i in chunk], self.layout.pad_token_id, multiple)
+                if self.unpadded:
+                    logits = unpadded_logits(self.model, batch)
+                else:
+                    logits = self.model(**{k: v.to(device) for k, v in batch.items()}).logits
+                scores[chunk] = self.model.logits_to_scores(logits.float()).cpu()
         return scores
 
     @property
@@ -321,13 +322,16 @@ class Ranker:
             return self._call_cost
         return default_call_cost(self.model.device.type, scoring_threads(self.model), call_cost_kind(self.model))
 
+    def _passes(self) -> tuple[float, int | None]:
+        """``(call_cost, pad_to_multiple_of)`` of this ranker's passes: the cost model's, or with ``unpadded`` (the
+        dense layers compute no padding) full length-sorted batches padded to their longest row."""
+        return (float("inf"), None) if self.unpadded else (self.call_cost, self.pad_to_multiple_of)
+
     def batches(self, lengths: list[int]) -> list[list[int]]:
         """Which rows (of these token lengths) share a forward pass: length-sorted batches of at most ``batch_size``
         rows, cut where padding plus ``call_cost`` per pass costs least (:func:`~as2hub.inference.batching.length_batches`);
         with ``unpadded``, where the dense layers compute no padding, full length-sorted batches of ``batch_size``."""
-        if self.unpadded:
-            return length_batches(lengths, self.batch_size, float("inf"), None)
-        return length_batches(lengths, self.batch_size, self.call_cost, self.pad_to_multiple_of)
+        return length_batches(lengths, self.batch_size, *self._passes())
 
     def rank(
         self,
@@ -371,6 +375,7 @@ class Ranker:
             scores = self.score_pairs(flat_q, flat_c, flat_x).tolist()
             layers = [self.model.config.num_hidden_layers] * len(scores)
         else:
+            call_cost, multiple = self._passes()
             result = cascade_scores(
                 self.model,
                 self._rows(flat_q, flat_c, flat_x),
@@ -378,8 +383,8 @@ class Ranker:
                 cascade_drop,
                 self.batch_size,
                 self.layout.pad_token_id,
-                None if self.unpadded else self.pad_to_multiple_of,
-                call_cost=float("inf") if self.unpadded else self.call_cost,
+                multiple,
+                call_cost=call_cost,
                 runner=UnpaddedStages(self.model) if self.unpadded else None,
             )
             scores, layers = result.scores.tolist(), result.layers

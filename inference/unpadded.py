@@ -152,6 +152,7 @@ def _first_token_layer(layer, hidden: torch.Tensor, plan: UnpaddedBatch, firsts:
 def embed_packed(model, batch: dict) -> tuple[torch.Tensor, PackedRows]:
     """A padded token batch's embeddings (``model.cascade_embed``: segments, positions, ELECTRA's projection as the
     full forward computes them), packed: ``(tokens, hidden)`` and where the tokens are."""
+    batch = {key: value.to(model.device) for key, value in batch.items()}
     mask = batch["attention_mask"]
     embeddings = model.cascade_embed(**batch)
     rows, length, width = embeddings.shape
@@ -172,7 +173,6 @@ def encode(model, hidden: torch.Tensor, packing: PackedRows, start: int, end: in
 def unpadded_logits(model, batch: dict) -> torch.Tensor:
     """The full model's logits for a padded token batch, computed on its real tokens (the first token of the last
     layer only)."""
-    batch = {key: value.to(model.device) for key, value in batch.items()}
     hidden, packing = embed_packed(model, batch)
     first = encode(model, hidden, packing, 0, model.config.num_hidden_layers)
     return model.classify_hidden(first[:, None, :])
@@ -194,7 +194,7 @@ class UnpaddedStages:
         start = self.stages[stage - 1] if stage else 0
         end = self.stages[stage]
         if stage == 0:
-            states, packing = embed_packed(self.model, {key: value.to(self.device) for key, value in batch.items()})
+            states, packing = embed_packed(self.model, batch)
         else:
             packing = PackedRows.from_lengths([state.shape[0] for state in hidden], self.device)
             states = packing.pack(torch.cat(hidden))

@@ -66,15 +66,13 @@ HAS_CUDA = torch.cuda.is_available()
 NO_CUDA = "GPU lane: needs CUDA (torch.cuda.is_available() is False on this machine); run `pytest -m gpu` there"
 
 
-@pytest.mark.parametrize("backbone, dtype", [("bert", "fp32"), ("roberta", "fp32"), ("bert", "bf16")])
-def test_compiled_ranker_compiles_once_and_scores_as_eager(tokenizers, backbone, dtype):
-    """fp32 and the ``torch-bf16`` backend's bf16 model (dynamo's graph runs the eager operators: the same scores)."""
-    model, tokenizer = cascade_model(tokenizers, backbone, contextual=False)
-    model = model.to({"fp32": torch.float32, "bf16": torch.bfloat16}[dtype])
-    eager = Ranker(model, tokenizer)
+def assert_compiles_once_and_scores_as_eager(model, tokenizer, **ranker_options):
+    """Dynamo's graphs (``CompileCounter``: the eager operators, so the same scores) after the warm-up: questions of
+    other sizes and lengths, with and without the cascade, build no graph and score as the eager ranker does."""
+    eager = Ranker(model, tokenizer, **ranker_options)
     counter = CompileCounter()
     compiled = CompiledRankerModel(model, backend=counter)
-    ranker = Ranker(compiled, tokenizer)
+    ranker = Ranker(compiled, tokenizer, **ranker_options)
     compiled.warm_up(ranker)
     frames = counter.frame_count
     assert frames >= 1
@@ -82,6 +80,15 @@ def test_compiled_ranker_compiles_once_and_scores_as_eager(tokenizers, backbone,
         assert got_layers == want_layers
         assert torch.allclose(got, want, atol=1e-6)
     assert counter.frame_count == frames, "a question of another size or length compiled again"
+
+
+@pytest.mark.parametrize("backbone, dtype", [("bert", "fp32"), ("roberta", "fp32"), ("bert", "bf16")])
+def test_compiled_ranker_compiles_once_and_scores_as_eager(tokenizers, backbone, dtype):
+    """fp32 and the ``torch-bf16`` backend's bf16 model."""
+    model, tokenizer = cascade_model(tokenizers, backbone, contextual=False)
+    assert_compiles_once_and_scores_as_eager(
+        model.to({"fp32": torch.float32, "bf16": torch.bfloat16}[dtype]), tokenizer
+    )
 
 
 def test_first_token_block_installs_the_same_forward_each_time(tokenizers):

@@ -15,8 +15,14 @@ What is checked, and against what:
 import pytest
 import torch
 from test_cascade import CANDIDATES, CONTEXTS, QUESTION, cascade_model
-from test_compiled_ranking import CUDA_FP16_ABS, HAS_CUDA, NO_CUDA, QUESTIONS, side_by_side
-from torch._dynamo.testing import CompileCounter
+from test_compiled_ranking import (
+    CUDA_FP16_ABS,
+    HAS_CUDA,
+    NO_CUDA,
+    QUESTIONS,
+    assert_compiles_once_and_scores_as_eager,
+    side_by_side,
+)
 
 from as2hub.inference.compiled import CompiledRankerModel
 from as2hub.inference.ranking import Ranker
@@ -106,17 +112,7 @@ def test_unpadded_cascade_is_the_padded_cascade(tokenizers, backbone):
 
 def test_unpadded_compiled_builds_once_and_scores_as_eager(tokenizers):
     model, tokenizer = cascade_model(tokenizers, "bert", contextual=False)
-    eager = Ranker(model, tokenizer, unpadded=True)
-    counter = CompileCounter()
-    compiled = CompiledRankerModel(model, backend=counter)
-    ranker = Ranker(compiled, tokenizer, unpadded=True)
-    compiled.warm_up(ranker)
-    frames = counter.frame_count
-    assert frames >= 1
-    for got_layers, want_layers, got, want in side_by_side(ranker, eager, (None, 0.5, 0.3)):
-        assert got_layers == want_layers
-        assert torch.allclose(got, want, atol=1e-6)
-    assert counter.frame_count == frames, "a question of another size or length compiled again"
+    assert_compiles_once_and_scores_as_eager(model, tokenizer, unpadded=True)
 
 
 def test_from_pretrained_unpadded(tokenizers, tmp_path):
