@@ -219,12 +219,19 @@ def make_systems(args, folders, data) -> dict:
 
 
 def compile_peer(encoder) -> None:
-    """``torch.compile`` the transformers model inside a ``CrossEncoder`` with as2hub's options (dynamic shapes,
-    frozen weights: :data:`as2hub.inference.compiled.COMPILE_OPTIONS`), then compile it on a batch of 1 and of 2."""
-    from as2hub.inference.compiled import COMPILE_OPTIONS
+    """``torch.compile`` the transformers model inside a ``CrossEncoder`` as as2hub compiles (dynamic shapes, frozen
+    weights on the CPU: :data:`as2hub.inference.compiled.FREEZING`), then compile it on a batch of 1 and of 2. The
+    peer's user sets inductor's config globally (``torch._inductor.config.freezing = True``): so does this process,
+    which as2hub's compiled rankers, setting it around their own calls, do not mind."""
+    import torch._inductor.config as inductor_config
+
+    from as2hub.inference.compiled import FREEZING
 
     module = encoder[0]
-    module.model = torch.compile(module.model, dynamic=True, options=COMPILE_OPTIONS)
+    if module.model.device.type == "cpu":
+        for key, value in FREEZING.items():
+            setattr(inductor_config, key, value)
+    module.model = torch.compile(module.model, dynamic=True)
     for batch in (1, 2):  # predict's own grad mode: the graphs built here are those its calls reuse
         encoder.predict([["warm up", "the compiled graph"]] * batch, batch_size=batch, show_progress_bar=False)
 

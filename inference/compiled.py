@@ -36,9 +36,12 @@ from as2hub.modeling.first_token import first_token_last_layer
 
 logger = logging.getLogger("as2hub.backends")
 
-# inductor options for scoring: ``freezing`` treats the weights as constants (prepacked for oneDNN's linear on the
-# CPU, folded where possible); the module is never trained through this wrapper.
-COMPILE_OPTIONS = {"freezing": True}
+# inductor's config while a pass compiles on the CPU: ``freezing`` treats the weights as constants (the linear layers'
+# prepacked for oneDNN once, not reordered on every call; folded where possible); the module is never trained through
+# this wrapper. It is set around the calls (compiles happen inside them), not passed as ``torch.compile(options=...)``:
+# inductor reads ``freezing`` from its global config, so the option was ignored (torch 2.13: the graphs kept ``addmm``
+# on the weights as inputs, 2026-11-29). On a GPU, where freezing only folds constants, the config is left as it is.
+FREEZING = {"freezing": True}
 
 
 @contextlib.contextmanager
@@ -67,6 +70,21 @@ def _shape_guards():
     with dynamo's duck sizing a later length of 33 would recompile, and after ``recompile_limit`` recompiles dynamo falls back
     to eager for good. Applied while a compiled pass runs (compiles happen inside calls)."""
     return torch.fx.experimental._config.patch(use_duck_shape=False)
+
+
+def frozen_weights(device) -> contextlib.AbstractContextManager:
+    """Inductor's :data:`FREEZING` while a pass on ``device`` runs (and compiles), on the CPU; nothing elsewhere.
+
+    Example (what the benchmark does for the peer's compiled model)::
+
+        >>> with frozen_weights(model.device):  # doctest: +SKIP
+        ...     logits = torch.compile(model, dynamic=True)(**batch).logits
+    """
+    if torch.device(device).type != "cpu":
+        return contextlib.nullcontext()
+    import torch._inductor.config as inductor_config
+
+    return inductor_config.patch(FREEZING)
 
 
 class TorchCompileError(RuntimeError):
@@ -111,18 +129,21 @@ class CompiledRankerModel:
         self._packed_encode = self._compile(functools.partial(packed_encode, model))
 
     def _compile(self, function):
-        options = COMPILE_OPTIONS if self.backend == "inductor" and self.mode is None else None
         # a cascade stage compiles once per (stage, batch of 1 or more): up to 2 x the stages; room beyond that
         limit = max(8, 4 * (len(cascade_layers(self.module)) + 1))
-        return torch.compile(
-            function, dynamic=True, mode=self.mode, backend=self.backend, options=options, recompile_limit=limit
-        )
+        return torch.compile(function, dynamic=True, mode=self.mode, backend=self.backend, recompile_limit=limit)
+
+    @contextlib.contextmanager
+    def _running(self):
+        """What every compiled call runs inside: the shape guards, and on the CPU frozen weights."""
+        with _shape_guards(), frozen_weights(self.device):
+            yield
 
     def eval(self):
         return self
 
     def __call__(self, **inputs):
-        with first_token_last_layer(self.module), _shape_guards():  # the head reads the first token, as in eager
+        with first_token_last_layer(self.module), self._running():  # the head reads the first token, as in eager
             return self._forward(**inputs)
 
     def logits_to_scores(self, logits: torch.Tensor) -> torch.Tensor:
@@ -130,7 +151,7 @@ class CompiledRankerModel:
 
     # The cascade's staged methods (inference/cascade.py's TorchStages calls them), compiled
     def _stage(self, name, *args, **kwargs):
-        with _shape_guards(), _outside_output_capture():
+        with self._running(), _outside_output_capture():
             return self._stages[name](*args, **kwargs)
 
     def cascade_embed(self, **batch):
@@ -140,7 +161,7 @@ class CompiledRankerModel:
 
     def packed_encode(self, hidden, index, firsts, pattern, start: int, end: int):
         """:func:`~as2hub.inference.unpadded.packed_encode` of the model, compiled."""
-        with _shape_guards(), _outside_output_capture():
+        with self._running(), _outside_output_capture():
             return self._packed_encode(hidden, index, firsts, pattern, start, end)
 
     def cascade_encode(self, hidden, attention_mask, start: int, end: int):

@@ -15,6 +15,7 @@ import pytest
 import torch
 from test_cascade import CANDIDATES, CONTEXTS, QUESTION, cascade_model
 from torch._dynamo.testing import CompileCounter
+from torch._inductor.utils import run_and_get_code
 
 from as2hub.inference.compiled import CompiledRankerModel, TorchCompileError
 from as2hub.inference.ranking import Ranker
@@ -104,13 +105,16 @@ def test_first_token_block_installs_the_same_forward_each_time(tokenizers):
 @pytest.mark.slow
 def test_from_pretrained_torch_compile_inductor(tokenizers, tmp_path):
     """The checkpoint path: a saved contextual folder, ``torch_compile=True``, inductor (C++ kernels: about a minute;
-    the cascade's compiled stages are checked above with dynamo's graphs, each inductor graph adds to the time)."""
+    the cascade's compiled stages are checked above with dynamo's graphs, each inductor graph adds to the time); the
+    weights frozen in the generated code."""
     model, tokenizer = cascade_model(tokenizers, "bert", contextual=True, layers=())
     model.save_pretrained(tmp_path)
     tokenizer.save_pretrained(tmp_path)
     eager = Ranker.from_pretrained(str(tmp_path), backend="torch")
-    ranker = Ranker.from_pretrained(str(tmp_path), backend="torch", torch_compile=True)
+    ranker, codes = run_and_get_code(Ranker.from_pretrained, str(tmp_path), backend="torch", torch_compile=True)
     assert isinstance(ranker.model, CompiledRankerModel) and ranker.backend == "torch"
+    # frozen weights: the graphs read them as constants (prepacked once), not as inputs reordered on every call
+    assert codes and all("_frozen_param" in code for code in codes), [code[:300] for code in codes]
     for got_layers, want_layers, got, want in side_by_side(ranker, eager, contextual=True):
         assert got_layers == want_layers
         assert (got - want).abs().max() <= INDUCTOR_FP32_ABS
