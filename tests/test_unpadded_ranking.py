@@ -24,6 +24,7 @@ from test_compiled_ranking import (
     side_by_side,
 )
 
+from as2hub.inference import unpadded
 from as2hub.inference.compiled import CompiledRankerModel
 from as2hub.inference.ranking import Ranker
 from as2hub.inference.unpadded import ROW_MULTIPLE, PackedRows, UnpaddedUnsupportedError, check_unpadded
@@ -62,8 +63,13 @@ def test_unpadded_scores_are_the_padded_scores(tokenizers, backbone, contextual)
             assert got.std() > 0.05
 
 
-def test_unpadded_pass_computes_no_padding(tokenizers):
+def test_unpadded_pass_computes_no_padding(tokenizers, monkeypatch):
     model, tokenizer = cascade_model(tokenizers, "bert", contextual=True, layers=())
+    attended = []  # on the CPU every layer but the last attends row by row, each pair on its own tokens
+    row_by_row = unpadded._attend_rows
+    monkeypatch.setattr(
+        unpadded, "_attend_rows", lambda qkv, *args: attended.append(qkv.shape[0]) or row_by_row(qkv, *args)
+    )
     ranker = Ranker(model, tokenizer, unpadded=True, batch_size=16)
     rows = ranker._rows([QUESTION] * len(CANDIDATES), CANDIDATES, CONTEXTS)
     real = sum(len(ids) for ids, _ in rows)
@@ -93,6 +99,7 @@ def test_unpadded_pass_computes_no_padding(tokenizers):
     packed = -(-real // ROW_MULTIPLE) * ROW_MULTIPLE
     assert packed < longest * len(rows)
     assert seen == {"ffn0": packed, "key_last": packed, "ffn_last": len(rows)}
+    assert attended == [packed] * (len(layers) - 1)
 
 
 @pytest.mark.parametrize("backbone", ["bert", "roberta"])

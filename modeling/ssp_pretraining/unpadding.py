@@ -174,8 +174,10 @@ def _attend(qkv: torch.Tensor, plan: UnpaddedBatch, heads: int, head_size: int, 
     return gather_rows(context.transpose(1, 2).reshape(batch * length, heads * head_size), plan.index)
 
 
-def unpadded_layer(layer: nn.Module, hidden: torch.Tensor, plan: UnpaddedBatch) -> torch.Tensor:
-    """One encoder layer on ``hidden``, the ``(tokens, hidden)`` gathered tokens of ``plan``."""
+def unpadded_layer(layer: nn.Module, hidden: torch.Tensor, plan: UnpaddedBatch, attend=None) -> torch.Tensor:
+    """One encoder layer on ``hidden``, the ``(tokens, hidden)`` gathered tokens of ``plan``. ``attend(qkv, plan,
+    heads, head_size, dropout, scale) -> (tokens, heads * head_size)`` computes attention (default: one call in the
+    plan's layout)."""
     attention = layer.attention.self
     heads, head_size = attention.num_attention_heads, attention.attention_head_size
     projections = (attention.query, attention.key, attention.value)
@@ -188,7 +190,8 @@ def unpadded_layer(layer: nn.Module, hidden: torch.Tensor, plan: UnpaddedBatch) 
     else:  # a wrapped projection (LoRA, a hook): called as the module it is
         qkv = torch.cat([projection(hidden) for projection in projections], dim=-1)
     dropout = attention.dropout.p if layer.training else 0.0
-    context = _attend(qkv, plan, heads, head_size, dropout, getattr(attention, "scaling", head_size**-0.5))
+    scale = getattr(attention, "scaling", head_size**-0.5)
+    context = (attend or _attend)(qkv, plan, heads, head_size, dropout, scale)
     attention_output = layer.attention.output(context, hidden)
     return layer.output(layer.intermediate(attention_output), attention_output)
 
