@@ -31,7 +31,7 @@ import time
 import torch
 
 from as2hub.inference.cascade import TorchStages, cascade_layers
-from as2hub.inference.unpadded import packed_encode
+from as2hub.inference.unpadded import packed_stage
 from as2hub.modeling.first_token import first_token_last_layer
 
 logger = logging.getLogger("as2hub.backends")
@@ -125,8 +125,8 @@ class CompiledRankerModel:
                 name: self._compile(getattr(model, name))
                 for name in ("cascade_embed", "cascade_encode", "cascade_head_logits")
             }  # classify_hidden (the pooler and head on one token per row) stays eager: no work to fuse
-        # the unpadded pass (Ranker(..., unpadded=True)): compiled on first use, one graph per stage
-        self._packed_encode = self._compile(functools.partial(packed_encode, model))
+        # the unpadded pass (Ranker(..., unpadded=True)): compiled on first use, one graph per stage with its head
+        self._packed_stage = self._compile(functools.partial(packed_stage, model))
 
     def _compile(self, function):
         # a cascade stage compiles once per (stage, batch of 1 or more): up to 2 x the stages; room beyond that
@@ -159,10 +159,11 @@ class CompiledRankerModel:
             return self.module.cascade_embed(**batch)
         return self._stage("cascade_embed", **batch)
 
-    def packed_encode(self, hidden, index, firsts, pattern, start: int, end: int):
-        """:func:`~as2hub.inference.unpadded.packed_encode` of the model, compiled."""
+    def packed_stage(self, hidden, index, firsts, pattern, start: int, end: int, head: int):
+        """:func:`~as2hub.inference.unpadded.packed_stage` of the model (a stage of the unpadded pass and its head),
+        compiled."""
         with self._running(), _outside_output_capture():
-            return self._packed_encode(hidden, index, firsts, pattern, start, end)
+            return self._packed_stage(hidden, index, firsts, pattern, start, end, head)
 
     def cascade_encode(self, hidden, attention_mask, start: int, end: int):
         last = end == self.config.num_hidden_layers  # the final stage: its last layer for the first token only
