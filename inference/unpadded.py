@@ -3,12 +3,14 @@
 A question's candidates differ in length, so a padded batch computes padding: on the WikiQA test set, one question per
 call, 31% of the tokens a padded pass computes are padding (``inference/BACKENDS.md``). With ``unpadded=True`` the
 :class:`~as2hub.inference.ranking.Ranker` embeds a padded batch (cheap), gathers its real tokens into one
-``(tokens, hidden)`` matrix and runs every encoder layer's linear layers, GELU and layer norms on those tokens only;
-attention scatters the projected queries, keys and values into the padded ``(batch, heads, length, head size)``
-layout for one call per layer (``modeling/ssp_pretraining/unpadding.py``'s ``padded`` layout, the one the pre-training
-uses), and the last layer computes the first token of each pair only (its keys and values read every token), as
+``(tokens, hidden)`` matrix and runs every encoder layer's linear layers, GELU and layer norms on those tokens only.
+On the CPU attention runs pair by pair on each pair's own tokens (:func:`rowwise_attention`); on a GPU it scatters the
+projected queries, keys and values into the padded ``(batch, heads, length, head size)`` layout for one call per layer
+(``modeling/ssp_pretraining/unpadding.py``'s ``padded`` layout, the one the pre-training uses). The last layer
+computes the first token of each pair only (its keys and values read every token), as
 :mod:`as2hub.modeling.first_token` does in the padded pass. The cascade's stages (``cascade_drop``) carry each
-survivor's real tokens from stage to stage and never re-pad them.
+survivor's real tokens from stage to stage and never re-pad them; compiled, each stage and its head are one graph
+(:func:`packed_stage`).
 
 The same weights give the same scores up to float rounding (``tests/test_unpadded_ranking.py``: fp32 within 1e-5 of
 the padded pass). Applies to as2hub's contextual and pairwise cross-encoders (BERT, RoBERTa, ELECTRA encoder layers)
