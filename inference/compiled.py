@@ -75,10 +75,11 @@ def _shape_guards():
 def frozen_weights(device) -> contextlib.AbstractContextManager:
     """Inductor's :data:`FREEZING` while a pass on ``device`` runs (and compiles), on the CPU; nothing elsewhere.
 
-    Example (what the benchmark does for the peer's compiled model)::
+    Example (a compiled model's calls, where its graphs are built)::
 
+        >>> compiled = torch.compile(model, dynamic=True)  # doctest: +SKIP
         >>> with frozen_weights(model.device):  # doctest: +SKIP
-        ...     logits = torch.compile(model, dynamic=True)(**batch).logits
+        ...     logits = compiled(**batch).logits
     """
     if torch.device(device).type != "cpu":
         return contextlib.nullcontext()

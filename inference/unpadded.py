@@ -141,33 +141,6 @@ class PackedRows:
         return list(hidden[: sum(self.lengths)].split(self.lengths))
 
 
-def packed_encode(
-    model,
-    hidden: torch.Tensor,
-    index: torch.Tensor,
-    firsts: torch.Tensor,
-    pattern: torch.Tensor,
-    start: int,
-    end: int,
-) -> torch.Tensor:
-    """Encoder layers ``start`` .. ``end - 1`` of ``model`` on the packed ``(tokens, hidden)`` states.
-
-    Returns the packed states after layer ``end - 1``; when ``end`` is the model's depth, the last layer computes each
-    row's first token only and the result is ``(rows, hidden)``. Every argument is a tensor or an int, so that
-    ``torch.compile`` traces it with dynamic token and row counts (:mod:`as2hub.inference.compiled`)."""
-    layers = model.base_model.encoder.layer
-    batch, length = pattern.shape[0], pattern.shape[-1]
-    plan = UnpaddedBatch(index, batch, length, pattern)
-    stop = end - 1 if end == len(layers) else end
-    # on the CPU attention row by row; on a GPU one call in the padded layout (a kernel launch per row would cost more)
-    attend = _attend_rows if hidden.device.type == "cpu" else None
-    for layer in layers[start:stop]:
-        hidden = unpadded_layer(layer, hidden, plan, attend)
-    if stop == end:
-        return hidden
-    return _first_token_layer(layers[end - 1], hidden, plan, firsts)
-
-
 def _first_token_layer(layer, hidden: torch.Tensor, plan: UnpaddedBatch, firsts: torch.Tensor) -> torch.Tensor:
     """The layer's output at each row's first token: its query attends to the row's keys and values."""
     attention = layer.attention.self
@@ -207,15 +180,27 @@ def packed_stage(
     end: int,
     head: int,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Encoder layers ``start`` .. ``end - 1`` (:func:`packed_encode`) and the head that reads them: ``(states,
-    logits)``. When ``end`` is the model's depth, the final head (``classify_hidden``) on each row's first token (the
-    states are then those first tokens); else cascade head ``head``. One function, so that a compiled ranker runs a
-    stage and its head as one graph (one call, not two: each compiled call costs about 0.3 ms of dynamo's wrapper
-    and guards, AMX Xeon)."""
-    states = packed_encode(model, hidden, index, firsts, pattern, start, end)
-    if end == model.config.num_hidden_layers:
-        return states, model.classify_hidden(states[:, None, :])
-    return states, model.cascade_head_logits(head, states.index_select(0, firsts)[:, None, :])
+    """Encoder layers ``start`` .. ``end - 1`` of ``model`` on the packed ``(tokens, hidden)`` states, and the head that
+    reads them: ``(states, logits)``.
+
+    ``states`` are the packed states after layer ``end - 1``. When ``end`` is the model's depth, the last layer computes
+    each row's first token only (``states`` is ``(rows, hidden)``) and the final head (``classify_hidden``) reads them;
+    else cascade head ``head`` reads each row's first token. Every argument is a tensor or an int, so that
+    ``torch.compile`` traces it with dynamic token and row counts (:mod:`as2hub.inference.compiled`), a stage and its
+    head as one graph (one call, not two: each compiled call costs about 0.3 ms of dynamo's wrapper and guards, AMX
+    Xeon)."""
+    layers = model.base_model.encoder.layer
+    batch, length = pattern.shape[0], pattern.shape[-1]
+    plan = UnpaddedBatch(index, batch, length, pattern)
+    last = end == len(layers)
+    # on the CPU attention row by row; on a GPU one call in the padded layout (a kernel launch per row would cost more)
+    attend = _attend_rows if hidden.device.type == "cpu" else None
+    for layer in layers[start : end - 1 if last else end]:
+        hidden = unpadded_layer(layer, hidden, plan, attend)
+    if last:
+        first = _first_token_layer(layers[end - 1], hidden, plan, firsts)
+        return first, model.classify_hidden(first[:, None, :])
+    return hidden, model.cascade_head_logits(head, hidden.index_select(0, firsts)[:, None, :])
 
 
 def run_stage(model, hidden: torch.Tensor, packing: PackedRows, start: int, end: int, head: int = 0):
