@@ -74,28 +74,23 @@ ROW_MULTIPLE = 32
 @torch.library.custom_op("as2hub::rowwise_attention", mutates_args=())
 def rowwise_attention(qkv: torch.Tensor, pattern: torch.Tensor, heads: int, scale: float) -> torch.Tensor:
     """Attention within each row of a packed ``(tokens, 3 * hidden)`` query/key/value matrix, one call per row on its
-    own tokens: ``(tokens, hidden)`` in ``qkv``'s dtype, zeros at the extra rows. The rows' token counts are
-    ``pattern``'s (``(rows, 1, 1, length)``, True at real keys, :class:`PackedRows`).
+    own tokens: ``(tokens, hidden)``, zeros at the extra rows. The rows' token counts are ``pattern``'s
+    (``(rows, 1, 1, length)``, True at real keys, :class:`PackedRows`).
 
     On the CPU, PyTorch's attention kernel costs per (row, head) about as the square of the padded length: a question's
     pairs attend each in its own length rather than padded to the longest (per layer, the 237 WikiQA test questions:
-    1.3-1.6 ms a question against 2.0-2.9 padded; AMX Xeon, bf16, 1 thread, 2026-11-29). For pairs this short its flash
-    kernel also costs about 12 us per (row, head) whatever the length, so each row is three products in fp32 instead
-    (scores, softmax, weighted values; the queries converted and scaled once for all rows): 17-20% less time than a
-    flash call per row, in two alternated measurements of 7-9 rounds (inference/BACKENDS.md), and fp32 throughout. A
-    custom operator, so that a compiled pass sees one call (no graph per row count)."""
-    tokens, width = qkv.shape[0], qkv.shape[1] // 3
-    sizes = pattern.reshape(pattern.shape[0], -1).sum(dim=1).tolist()
-    parts = qkv.float().view(tokens, 3, heads, width // heads).permute(1, 2, 0, 3)  # (3, heads, tokens, head size)
-    query, key, value = parts[0] * scale, parts[1], parts[2]
-    out = torch.zeros(tokens, heads, width // heads, device=qkv.device)
+    1.3-1.6 ms a question against 2.0-2.9 padded; AMX Xeon, bf16, 1 thread, 2026-11-29). A custom operator, so that a
+    compiled pass sees one call (no graph per row count)."""
+    width = qkv.shape[1] // 3
+    out = qkv.new_empty(qkv.shape[0], width)
     start = 0
-    for size in sizes:
-        rows = slice(start, start + size)
-        weights = torch.bmm(query[:, rows], key[:, rows].transpose(1, 2)).softmax(-1)
-        out[rows] = torch.bmm(weights, value[:, rows]).transpose(0, 1)
+    for size in pattern.reshape(pattern.shape[0], -1).sum(dim=1).tolist():
+        query, key, value = qkv[start : start + size].view(1, size, 3, heads, -1).permute(2, 0, 3, 1, 4).unbind(0)
+        context = torch.nn.functional.scaled_dot_product_attention(query, key, value, scale=scale)
+        out[start : start + size] = context.transpose(1, 2).reshape(size, width)
         start += size
-    return out.view(tokens, width).to(qkv.dtype)
+    out[start:].zero_()
+    return out
 
 
 @rowwise_attention.register_fake
