@@ -25,21 +25,18 @@ esac
 [ -n "${AS2HUB_WIKIQA_DIR:-}" ] || { echo "error: set AS2HUB_WIKIQA_DIR to the WikiQA corpus folder" >&2; exit 2; }
 PY=${PYTHON:-python3}
 WORK=${AS2HUB_QUESTION_WORK:-/tmp/as2hub-question}
-if grep -qw amx_bf16 /proc/cpuinfo; then
-  CPU=amx
-elif grep -qw avx512f /proc/cpuinfo; then
-  CPU=avx512
-else
-  CPU=avx2
-fi
+# The CPU kind names the results (as2hub's own reading of the CPU flags, as backend="auto" uses it)
+CPU=$("$PY" -c 'from as2hub.inference.backends import cpu_features
+flags = cpu_features().flags
+print("amx" if "amx_bf16" in flags else "avx512" if "avx512f" in flags else "avx2")')
 # oneDNN keeps a kernel per matrix shape; a pass over WikiQA meets more shapes than its default cache (1,024) holds.
 export ONEDNN_PRIMITIVE_CACHE_CAPACITY=${ONEDNN_PRIMITIVE_CACHE_CAPACITY:-8192}
 MODEL=$(PYTHON="$PY" bash benchmarks/build_cascade_ranker.sh "$WORK")
 for MODE in $MODES; do
   PEERS=1,8,16,64
   [ "$MODE" = batched ] && PEERS=16,64  # one call for every pair: batch 1 and 8 only add calls
+  NAME=cascade_${MODE}_${CPU}${AS2HUB_RESULT_TAG:-}
   "$PY" benchmarks/bench_cascade.py --model_dir "$MODEL" --mode "$MODE" --torch_compile --unpadded --drops 0.3 \
     --peer_batch_sizes "$PEERS" --threads 1 --repeats 3 --work_dir "$WORK/bench" \
-    --results "benchmarks/results/cascade_${MODE}_${CPU}${AS2HUB_RESULT_TAG:-}.json" "$@" 2>&1 \
-    | tee "$WORK/cascade_${MODE}_${CPU}${AS2HUB_RESULT_TAG:-}.log"
+    --results "benchmarks/results/$NAME.json" "$@" 2>&1 | tee "$WORK/$NAME.log"
 done
