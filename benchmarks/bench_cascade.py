@@ -32,6 +32,7 @@ Writes ``benchmarks/results/cascade.json`` (and ``cascade_frontier.png`` with ma
 """
 
 import argparse
+import contextlib
 import gc
 import json
 import logging
@@ -86,6 +87,13 @@ def parse_args(argv=None):
         "--unpadded",
         action="store_true",
         help="also run the torch backends (compiled too, with --torch_compile) with unpadded=True",
+    )
+    parser.add_argument(
+        "--row_attention",
+        choices=("auto", "kernel", "sdpa", "both"),
+        default="auto",
+        help="the unpadded rows' attention on the CPU (unpadded.ROW_ATTENTION; both: each unpadded row again with "
+        "PyTorch's kernel, labelled " + "'(PyTorch attention)')",
     )
     parser.add_argument("--max_length", type=int, default=256)
     parser.add_argument("--bootstrap", type=int, default=10000)
@@ -152,10 +160,13 @@ def make_systems(args, folders, data) -> dict:
     if args.unpadded:  # and unpadded (Ranker.from_pretrained(..., unpadded=True)), eager and compiled
         variants += [(backend, compiled, True) for compiled in (False, True)[: 1 + args.torch_compile]
                      for backend in torch_backends]  # fmt: skip
+    if args.unpadded and args.row_attention == "both":  # the unpadded rows again with PyTorch's attention kernel
+        variants += [(backend, compiled, "sdpa") for backend, compiled, unpadded in list(variants) if unpadded]
     for backend, compiled, unpadded in variants:
         if backend == "torch-bf16" and not use_bf16(args):
             continue
-        label = backend + " compiled" * compiled + " unpadded" * unpadded
+        label = backend + " compiled" * compiled + " unpadded" * bool(unpadded)
+        label += f" {SDPA_LABEL}" * (unpadded == "sdpa")
         try:
             check_runnable(backend)
             options = {"num_threads": args.threads} if backend.startswith("onnx") else {}
@@ -168,8 +179,11 @@ def make_systems(args, folders, data) -> dict:
             logger.warning("backend %s left out: %s", label, error)
             continue
 
-        def full(items, r=ranker):
-            return ranked_lists(r, items, None, args.mode)
+        attention = "sdpa" if unpadded == "sdpa" else None if args.row_attention == "both" else args.row_attention
+
+        def full(items, r=ranker, a=attention):
+            with row_attention(a):
+                return ranked_lists(r, items, None, args.mode)
 
         systems[f"as2hub {label}"] = ("as2hub", label, None, full)
         for drop in args.drops:
@@ -179,8 +193,9 @@ def make_systems(args, folders, data) -> dict:
                 logger.warning("as2hub %s cascade left out: %s", label, error)
                 break
 
-            def cascade(items, r=ranker, d=drop):
-                return ranked_lists(r, items, d, args.mode)
+            def cascade(items, r=ranker, d=drop, a=attention):
+                with row_attention(a):
+                    return ranked_lists(r, items, d, args.mode)
 
             systems[f"as2hub {label} cascade {drop}"] = ("as2hub", label, drop, cascade)
     # name -> (ONNX graph, dtype, compiled, device, the as2hub backend of the same precision)
@@ -218,6 +233,22 @@ def make_systems(args, folders, data) -> dict:
 
             systems[f"{name} @{batch}"] = ("sentence-transformers", name, None, predict)
     return systems
+
+
+SDPA_LABEL = "(PyTorch attention)"
+
+
+@contextlib.contextmanager
+def row_attention(mode):
+    """``unpadded.ROW_ATTENTION`` set to ``mode`` (``None``: left as it is) while a system ranks."""
+    from as2hub.inference import unpadded
+
+    saved = unpadded.ROW_ATTENTION
+    unpadded.ROW_ATTENTION = mode or saved
+    try:
+        yield
+    finally:
+        unpadded.ROW_ATTENTION = saved
 
 
 def compile_peer(encoder) -> None:
@@ -335,8 +366,8 @@ def main(argv=None) -> dict:
                     "speed_1.5x_same_backend": run["vs_same_backend_full"] >= 1.5,
                     "speed_2x_best_crossencoder": run["vs_best_crossencoder"] >= 2.0,
                 }
-            elif run["backend"].endswith(" unpadded"):  # the full model unpadded against the same one padded
-                padded = by_name.get(f"as2hub {run['backend'].removesuffix(' unpadded')}")
+            elif " unpadded" in run["backend"]:  # the full model unpadded against the same one padded
+                padded = by_name.get(f"as2hub {run['backend'].split(' unpadded')[0]}")
                 if padded is not None:
                     run["reference"] = padded["system"]
                     run["change_vs_full"] = paired_bootstrap_metrics(

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 
 import torch
 
+from as2hub.inference import small_attention
 from as2hub.inference.cascade import cascade_layers
 from as2hub.modeling.first_token import last_bert_layer
 from as2hub.modeling.ssp_pretraining.unpadding import UnpaddedBatch, scatter_rows, unpadded_layer
@@ -71,20 +72,53 @@ def check_unpadded(model) -> None:
 ROW_MULTIPLE = 32
 
 
+# How the packed pass attends on the CPU: "auto" (the small_attention kernel, :mod:`as2hub.inference.small_attention`,
+# with one torch thread where it builds; else PyTorch's kernel, a call per pair), "kernel" (always the small_attention
+# kernel: an error where it cannot run), "sdpa" (always PyTorch's). Read at every call, also inside compiled passes.
+ROW_ATTENTIONS = ("auto", "kernel", "sdpa")
+ROW_ATTENTION = "auto"
+
+
+def use_small_attention(tensor: torch.Tensor, head_size: int) -> bool:
+    """Whether the CPU pass attends through the small_attention kernel now (:data:`ROW_ATTENTION`)."""
+    if ROW_ATTENTION not in ROW_ATTENTIONS:
+        raise ValueError(f"unpadded.ROW_ATTENTION is {ROW_ATTENTION!r}: one of {', '.join(ROW_ATTENTIONS)}")
+    if ROW_ATTENTION == "auto":
+        return (
+            torch.get_num_threads() == 1
+            and small_attention.supports(tensor, head_size)
+            and small_attention.library() is not None
+        )
+    return ROW_ATTENTION == "kernel"
+
+
+def _row_lengths(pattern: torch.Tensor) -> torch.Tensor:
+    return pattern.reshape(pattern.shape[0], -1).sum(dim=1)
+
+
 @torch.library.custom_op("as2hub::rowwise_attention", mutates_args=())
 def rowwise_attention(qkv: torch.Tensor, pattern: torch.Tensor, heads: int, scale: float) -> torch.Tensor:
-    """Attention within each row of a packed ``(tokens, 3 * hidden)`` query/key/value matrix, one call per row on its
-    own tokens: ``(tokens, hidden)``, zeros at the extra rows. The rows' token counts are ``pattern``'s
+    """Attention within each row of a packed ``(tokens, 3 * hidden)`` query/key/value matrix, each row on its own
+    tokens: ``(tokens, hidden)``, zeros at the extra rows. The rows' token counts are ``pattern``'s
     (``(rows, 1, 1, length)``, True at real keys, :class:`PackedRows`).
 
     On the CPU, PyTorch's attention kernel costs per (row, head) about as the square of the padded length: a question's
     pairs attend each in its own length rather than padded to the longest (per layer, the 237 WikiQA test questions:
-    1.3-1.6 ms a question against 2.0-2.9 padded; AMX Xeon, bf16, 1 thread, 2026-11-29). A custom operator, so that a
-    compiled pass sees one call (no graph per row count)."""
+    1.3-1.6 ms a question against 2.0-2.9 padded; AMX Xeon, bf16, 1 thread, 2026-11-29), and with one torch thread
+    all rows in one call of the small_attention kernel (:data:`ROW_ATTENTION`). A custom operator, so that a compiled
+    pass sees one call (no graph per row count)."""
     width = qkv.shape[1] // 3
+    lengths = _row_lengths(pattern)
+    if use_small_attention(qkv, width // heads):
+        out = qkv.new_empty(qkv.shape[0], width)
+        small_attention.attend(
+            qkv[:, :width], qkv[:, width : 2 * width], qkv[:, 2 * width :], lengths, heads, scale, out=out
+        )
+        out[int(lengths.sum()) :].zero_()
+        return out
     out = qkv.new_empty(qkv.shape[0], width)
     start = 0
-    for size in pattern.reshape(pattern.shape[0], -1).sum(dim=1).tolist():
+    for size in lengths.tolist():
         query, key, value = qkv[start : start + size].view(1, size, 3, heads, -1).permute(2, 0, 3, 1, 4).unbind(0)
         context = torch.nn.functional.scaled_dot_product_attention(query, key, value, scale=scale)
         out[start : start + size] = context.transpose(1, 2).reshape(size, width)
@@ -96,6 +130,32 @@ def rowwise_attention(qkv: torch.Tensor, pattern: torch.Tensor, heads: int, scal
 @rowwise_attention.register_fake
 def _(qkv, pattern, heads, scale):
     return qkv.new_empty(qkv.shape[0], qkv.shape[1] // 3)
+
+
+@torch.library.custom_op("as2hub::first_token_attention", mutates_args=())
+def first_token_attention(
+    query: torch.Tensor, keys_values: torch.Tensor, index: torch.Tensor, pattern: torch.Tensor, heads: int, scale: float
+) -> torch.Tensor:
+    """The last layer's attention: each row's first-token query (``query``, ``(rows, hidden)``) over its row's keys and
+    values (``keys_values``, the packed ``(tokens, 2 * hidden)``; ``index`` and ``pattern`` as :class:`PackedRows`'):
+    ``(rows, hidden)``. With one torch thread on the CPU, the small_attention kernel (:data:`ROW_ATTENTION`); else the
+    keys and values scattered into the padded layout for one call of PyTorch's kernel."""
+    rows, width = query.shape
+    head_size = width // heads
+    if query.device.type == "cpu" and use_small_attention(query, head_size):
+        keys, values = keys_values[:, :width], keys_values[:, width:]
+        return small_attention.attend(query, keys, values, _row_lengths(pattern), heads, scale, first_only=True)
+    length = pattern.shape[-1]
+    padded = scatter_rows(keys_values, index, rows * length).view(rows, length, 2, heads, head_size)
+    key, value = padded.permute(2, 0, 3, 1, 4).unbind(0)  # each (rows, heads, length, head_size)
+    queries = query.view(rows, 1, heads, head_size).transpose(1, 2)
+    context = torch.nn.functional.scaled_dot_product_attention(queries, key, value, attn_mask=pattern, scale=scale)
+    return context.transpose(1, 2).reshape(rows, width)
+
+
+@first_token_attention.register_fake
+def _(query, keys_values, index, pattern, heads, scale):
+    return query.new_empty(query.shape)
 
 
 def _attend_rows(qkv, plan: UnpaddedBatch, heads: int, head_size: int, dropout: float, scale: float) -> torch.Tensor:
@@ -145,16 +205,11 @@ def _first_token_layer(layer, hidden: torch.Tensor, plan: UnpaddedBatch, firsts:
     """The layer's output at each row's first token: its query attends to the row's keys and values."""
     attention = layer.attention.self
     heads, head_size = attention.num_attention_heads, attention.attention_head_size
-    batch, length = plan.batch, plan.length
     first = hidden.index_select(0, firsts)  # (rows, hidden)
-    query = attention.query(first).view(batch, 1, heads, head_size).transpose(1, 2)
+    query = attention.query(first)
     keys_values = torch.cat([attention.key(hidden), attention.value(hidden)], dim=-1)
-    padded = scatter_rows(keys_values, plan.index, batch * length).view(batch, length, 2, heads, head_size)
-    key, value = padded.permute(2, 0, 3, 1, 4).unbind(0)  # each (batch, heads, length, head_size)
-    context = torch.nn.functional.scaled_dot_product_attention(
-        query, key, value, attn_mask=plan.pattern, scale=getattr(attention, "scaling", head_size**-0.5)
-    )
-    context = context.transpose(1, 2).reshape(batch, heads * head_size)
+    scale = getattr(attention, "scaling", head_size**-0.5)
+    context = first_token_attention(query, keys_values, plan.index, plan.pattern, heads, scale)
     return layer.feed_forward_chunk(layer.attention.output(context, first))
 
 

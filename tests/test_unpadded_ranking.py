@@ -8,6 +8,7 @@ What is checked, and against what:
   ``ROW_MULTIPLE`` rows, the last feed-forward one row per pair (forward hooks count their rows);
 - the cascade: the same heads scored the same candidates as in the padded cascade, with the same scores;
 - compiled (dynamo's graphs): built once, no graph after the warm-up for questions of other sizes;
+- each with PyTorch's attention kernel and with the small_attention kernel (``unpadded.ROW_ATTENTION``);
 - the checkpoint path (``Ranker.from_pretrained(folder, unpadded=True)``) and the errors (an ONNX backend, a model
   without BERT-style layers).
 """
@@ -24,7 +25,7 @@ from test_compiled_ranking import (
     side_by_side,
 )
 
-from as2hub.inference import unpadded
+from as2hub.inference import small_attention, unpadded
 from as2hub.inference.compiled import CompiledRankerModel
 from as2hub.inference.ranking import Ranker
 from as2hub.inference.unpadded import ROW_MULTIPLE, PackedRows, UnpaddedUnsupportedError, check_unpadded
@@ -38,6 +39,16 @@ FP32_ABS = 1e-4
 CASES = [("bert", True), ("bert", False), ("roberta", True), ("roberta", False), ("electra", True)]
 
 
+@pytest.fixture(params=["sdpa", "kernel"])
+def row_attention(request, monkeypatch):
+    """The CPU pass's attention both ways (``unpadded.ROW_ATTENTION``): PyTorch's kernel per pair, and the small_attention
+    kernel (:mod:`as2hub.inference.small_attention`, built with the machine's C compiler)."""
+    if request.param == "kernel" and small_attention.compiler() is None:
+        pytest.skip("no C compiler (cc, gcc or clang) to build the small_attention kernel")
+    monkeypatch.setattr(unpadded, "ROW_ATTENTION", request.param)
+    return request.param
+
+
 @pytest.fixture(autouse=True)
 def fresh_dynamo():
     torch._dynamo.reset()
@@ -46,7 +57,7 @@ def fresh_dynamo():
 
 
 @pytest.mark.parametrize("backbone, contextual", CASES)
-def test_unpadded_scores_are_the_padded_scores(tokenizers, backbone, contextual):
+def test_unpadded_scores_are_the_padded_scores(tokenizers, backbone, contextual, row_attention):
     model, tokenizer = cascade_model(tokenizers, backbone, contextual=contextual, layers=())
     padded, unpadded = Ranker(model, tokenizer), Ranker(model, tokenizer, unpadded=True)
     contexts = CONTEXTS if contextual else None
@@ -103,7 +114,7 @@ def test_unpadded_pass_computes_no_padding(tokenizers, monkeypatch):
 
 
 @pytest.mark.parametrize("backbone", ["bert", "roberta"])
-def test_unpadded_cascade_is_the_padded_cascade(tokenizers, backbone):
+def test_unpadded_cascade_is_the_padded_cascade(tokenizers, backbone, row_attention):
     model, tokenizer = cascade_model(tokenizers, backbone, contextual=True)
     padded, unpadded = Ranker(model, tokenizer), Ranker(model, tokenizer, unpadded=True)
     for drop in (0.3, 0.5):
@@ -117,12 +128,12 @@ def test_unpadded_cascade_is_the_padded_cascade(tokenizers, backbone):
     assert layers == {1, 3, 4}  # every head dropped some: the stages ran
 
 
-def test_unpadded_compiled_builds_once_and_scores_as_eager(tokenizers):
+def test_unpadded_compiled_builds_once_and_scores_as_eager(tokenizers, row_attention):
     model, tokenizer = cascade_model(tokenizers, "bert", contextual=False)
     assert_compiles_once_and_scores_as_eager(model, tokenizer, unpadded=True)
 
 
-def test_from_pretrained_unpadded(tokenizers, tmp_path):
+def test_from_pretrained_unpadded(tokenizers, tmp_path, row_attention):
     model, tokenizer = cascade_model(tokenizers, "roberta", contextual=True)
     model.save_pretrained(tmp_path)
     tokenizer.save_pretrained(tmp_path)
