@@ -4,7 +4,9 @@ A question's candidates differ in length, so a padded batch computes padding: on
 call, 31% of the tokens a padded pass computes are padding (``inference/BACKENDS.md``). With ``unpadded=True`` the
 :class:`~as2hub.inference.ranking.Ranker` embeds a padded batch (cheap), gathers its real tokens into one
 ``(tokens, hidden)`` matrix and runs every encoder layer's linear layers, GELU and layer norms on those tokens only.
-On the CPU attention runs pair by pair on each pair's own tokens (:func:`rowwise_attention`); on a GPU it scatters the
+On the CPU each pair attends on its own tokens (:func:`rowwise_attention`: with one torch thread every pair and head
+in one call of the small_attention kernel, :mod:`as2hub.inference.small_attention`; else PyTorch's kernel pair by
+pair, :data:`ROW_ATTENTION`); on a GPU it scatters the
 projected queries, keys and values into the padded ``(batch, heads, length, head size)`` layout for one call per layer
 (``modeling/ssp_pretraining/unpadding.py``'s ``padded`` layout, the one the pre-training uses). The last layer
 computes the first token of each pair only (its keys and values read every token), as
