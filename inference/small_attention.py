@@ -77,9 +77,10 @@ def _compiler_version(cc: str) -> str:
     return (done.stdout or done.stderr).strip().splitlines()[0] if (done.stdout or done.stderr).strip() else "unknown"
 
 
-def build(cc: str | None = None, directory: Path | None = None) -> Path:
-    """Compile ``small_attention.c`` for this machine (or return the library already built): its path. Raises
-    :class:`SmallAttentionError` naming the compiler and its message when there is none or it fails."""
+def build(cc: str | None = None, directory: Path | None = None, flags: tuple[str, ...] = FLAGS) -> Path:
+    """Compile ``small_attention.c`` for this machine (or return the library already built): its path. ``flags``: the
+    compiler's (default :data:`FLAGS`; e.g. ``-march=x86-64-v3`` for AVX2 only). Raises :class:`SmallAttentionError`
+    naming the compiler and its message when there is none or it fails."""
     cc = cc or compiler()
     if not cc:
         raise SmallAttentionError("no C compiler found (set $CC, or install cc, gcc or clang)")
@@ -87,7 +88,7 @@ def build(cc: str | None = None, directory: Path | None = None) -> Path:
     cpu = cpu_features()
     key = hashlib.sha256(
         b"\0".join(
-            [source, cc.encode(), _compiler_version(cc).encode(), " ".join(FLAGS).encode(), cpu.model.encode()]
+            [source, cc.encode(), _compiler_version(cc).encode(), " ".join(flags).encode(), cpu.model.encode()]
             + [" ".join(sorted(cpu.flags)).encode()]
         )
     ).hexdigest()[:16]
@@ -99,7 +100,7 @@ def build(cc: str | None = None, directory: Path | None = None) -> Path:
     handle, partial = tempfile.mkstemp(prefix=".small_attention_", suffix=".so", dir=directory)
     os.close(handle)
     try:
-        done = subprocess.run([cc, *FLAGS, "-o", partial, str(SOURCE)], capture_output=True, text=True, timeout=300)
+        done = subprocess.run([cc, *flags, "-o", partial, str(SOURCE)], capture_output=True, text=True, timeout=300)
     except (OSError, subprocess.SubprocessError) as error:
         os.unlink(partial)
         raise SmallAttentionError(f"the C compiler {cc!r} could not run: {error}") from error
@@ -114,19 +115,24 @@ def build(cc: str | None = None, directory: Path | None = None) -> Path:
     return target
 
 
+def load(path: Path) -> ctypes.CDLL:
+    """A built library, loaded, its entry points typed."""
+    lib = ctypes.CDLL(str(path))
+    for name in DTYPES.values():
+        function = getattr(lib, name)
+        function.restype, function.argtypes = ctypes.c_int, _ARGTYPES
+    return lib
+
+
 @lru_cache(maxsize=1)
 def library() -> ctypes.CDLL | None:
     """The built kernel, loaded (once per process); ``None``, with a warning saying why, where it cannot be built or
     loaded."""
     try:
-        lib = ctypes.CDLL(str(build()))
+        return load(build())
     except (SmallAttentionError, OSError) as error:
         logger.warning("small_attention: unavailable, the unpadded pass keeps PyTorch's attention kernel (%s)", error)
         return None
-    for name in DTYPES.values():
-        function = getattr(lib, name)
-        function.restype, function.argtypes = ctypes.c_int, _ARGTYPES
-    return lib
 
 
 def supports(tensor: torch.Tensor, head_size: int) -> bool:
@@ -150,13 +156,15 @@ def attend(
     scale: float,
     first_only: bool = False,
     out: torch.Tensor | None = None,
+    lib: ctypes.CDLL | None = None,
 ) -> torch.Tensor:
     """Attention within each row of packed pairs (``lengths``: an int64 tensor of the pairs' token counts, the pairs one
     after the other): ``key`` and ``value`` ``(tokens, heads * head_size)`` (views with contiguous rows, e.g. slices of
     one projection), ``query`` the same, or with ``first_only`` one row per pair (its first token's query). Returns the
     context, ``(tokens, hidden)`` (rows past the pairs' tokens untouched in ``out``, zero in a new one), or
-    ``(pairs, hidden)`` with ``first_only``. Raises :class:`SmallAttentionError` where the kernel is unavailable."""
-    lib = library()
+    ``(pairs, hidden)`` with ``first_only``. ``lib``: a :func:`load`-ed build (default :func:`library`). Raises
+    :class:`SmallAttentionError` where the kernel is unavailable."""
+    lib = lib or library()
     if lib is None:
         raise SmallAttentionError("the small_attention kernel is unavailable here (the log says why)")
     width = key.shape[1]

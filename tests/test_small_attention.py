@@ -84,6 +84,22 @@ def test_kernel_is_softmax_attention(dtype, heads, head_size, first_only):
 
 
 @needs_compiler
+@pytest.mark.parametrize("march", ["x86-64-v3", "x86-64"])
+def test_kernel_built_for_avx2_or_sse2_only_is_softmax_attention(tmp_path, march):
+    """The vectors lowered to two AVX2 registers (the AVX2 EPYC's build) or four SSE2 ones: the same results."""
+    if not small_attention.cpu_features().flags >= {"avx2", "fma"}:
+        pytest.skip("this CPU has no AVX2: the x86-64-v3 build cannot run here")
+    flags = tuple(f"-march={march}" if flag == "-march=native" else flag for flag in small_attention.FLAGS)
+    lib = small_attention.load(small_attention.build(directory=tmp_path, flags=flags))
+    for dtype in (torch.float32, torch.bfloat16):
+        qkv = packed(LENGTHS, 12, 32, dtype)
+        width = 12 * 32
+        query, key, value = qkv[:, :width], qkv[:, width : 2 * width], qkv[:, 2 * width :]
+        got = small_attention.attend(query, key, value, torch.tensor(LENGTHS), 12, 32**-0.5, lib=lib)
+        assert_close(got, reference(query, key, value, LENGTHS, 12, 32**-0.5, False), dtype)
+
+
+@needs_compiler
 def test_kernel_subtracts_the_row_maximum():
     # scores in the hundreds: e^score overflows float32 unless the row's maximum is subtracted
     qkv = packed(LENGTHS, 2, 32, torch.float32, spread=6.0)
