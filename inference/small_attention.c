@@ -3,8 +3,8 @@
  *
  * A question's pairs are packed one after the other: pair p has lengths[p] tokens, its queries attend to its own keys
  * only. For each pair and head the keys are transposed to (head size, keys) in fp32, then blocks of queries get their
- * scores (16 keys per vector), a softmax with the row's maximum subtracted, and the weighted sum of the values, all in
- * fp32 vectors (GCC/Clang vector extensions: AVX-512 registers where the CPU has them, two AVX2 ones otherwise).
+ * scores (16 keys per vector with AVX-512, 8 with AVX2), a softmax with the row's maximum subtracted, and the weighted
+ * sum of the values, all in fp32 vectors (GCC/Clang vector extensions sized to the target's registers).
  * PyTorch's CPU attention kernel costs about 12 us per (pair, head) at WikiQA's mean pair length (38 tokens) whatever
  * the length, the work itself is about 1 us (inference/BACKENDS.md).
  *
@@ -20,8 +20,15 @@
 #include <stdlib.h>
 #include <string.h>
 
-typedef float v16 __attribute__((vector_size(64)));
-typedef int32_t v16i __attribute__((vector_size(64)));
+/* LANES floats per vector: one AVX-512 register where the compiler targets AVX-512, else one AVX2 register (wider
+ * generic vectors than the target's registers are lowered element by element in places: 3x slower than PyTorch). */
+#if defined(__AVX512F__)
+#define LANES 16
+#else
+#define LANES 8
+#endif
+typedef float v16 __attribute__((vector_size(LANES * 4)));
+typedef int32_t v16i __attribute__((vector_size(LANES * 4)));
 
 #if defined(__clang__)
 #define SHUFFLE(x, ...) __builtin_shufflevector((x), (x), __VA_ARGS__)
@@ -37,18 +44,30 @@ static inline v16 select16(v16i mask, v16 a, v16 b) { return (v16)(((v16i)a & ma
 static inline v16 larger16(v16 a, v16 b) { return select16(a > b, a, b); }
 
 static inline float lanes_max(v16 x) {
+#if LANES == 16
     x = larger16(x, SHUFFLE(x, 8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4, 5, 6, 7));
     x = larger16(x, SHUFFLE(x, 4, 5, 6, 7, 0, 1, 2, 3, 12, 13, 14, 15, 8, 9, 10, 11));
     x = larger16(x, SHUFFLE(x, 2, 3, 0, 1, 6, 7, 4, 5, 10, 11, 8, 9, 14, 15, 12, 13));
     x = larger16(x, SHUFFLE(x, 1, 0, 3, 2, 5, 4, 7, 6, 9, 8, 11, 10, 13, 12, 15, 14));
+#else
+    x = larger16(x, SHUFFLE(x, 4, 5, 6, 7, 0, 1, 2, 3));
+    x = larger16(x, SHUFFLE(x, 2, 3, 0, 1, 6, 7, 4, 5));
+    x = larger16(x, SHUFFLE(x, 1, 0, 3, 2, 5, 4, 7, 6));
+#endif
     return x[0];
 }
 
 static inline float lanes_sum(v16 x) {
+#if LANES == 16
     x += SHUFFLE(x, 8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4, 5, 6, 7);
     x += SHUFFLE(x, 4, 5, 6, 7, 0, 1, 2, 3, 12, 13, 14, 15, 8, 9, 10, 11);
     x += SHUFFLE(x, 2, 3, 0, 1, 6, 7, 4, 5, 10, 11, 8, 9, 14, 15, 12, 13);
     x += SHUFFLE(x, 1, 0, 3, 2, 5, 4, 7, 6, 9, 8, 11, 10, 13, 12, 15, 14);
+#else
+    x += SHUFFLE(x, 4, 5, 6, 7, 0, 1, 2, 3);
+    x += SHUFFLE(x, 2, 3, 0, 1, 6, 7, 4, 5);
+    x += SHUFFLE(x, 1, 0, 3, 2, 5, 4, 7, 6);
+#endif
     return x[0];
 }
 
@@ -77,12 +96,16 @@ static inline __attribute__((always_inline)) void attend_block(const float *quer
                                                                const float *values, int64_t vs, int64_t L, int64_t Lp,
                                                                int64_t D, float *probs, float *context,
                                                                const int block) {
+#if LANES == 16
     const v16 lane = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
-    const v16i real_in_last = lane < (float)(L - (Lp - 16)); /* the last chunk of 16 keys: which are real */
+#else
+    const v16 lane = {0, 1, 2, 3, 4, 5, 6, 7};
+#endif
+    const v16i real_in_last = lane < (float)(L - (Lp - LANES)); /* the last chunk of LANES keys: which are real */
     const v16 minus_inf = (v16){0} - INFINITY;
     v16 top[BLOCK];
     for (int r = 0; r < block; r++) top[r] = minus_inf;
-    for (int64_t c = 0; c < Lp; c += 16) {
+    for (int64_t c = 0; c < Lp; c += LANES) {
         v16 acc[BLOCK];
         for (int r = 0; r < block; r++) acc[r] = (v16){0};
         for (int64_t d = 0; d < D; d++) {
@@ -90,7 +113,7 @@ static inline __attribute__((always_inline)) void attend_block(const float *quer
             for (int r = 0; r < block; r++) acc[r] += queries[r * qs + d] * key;
         }
         for (int r = 0; r < block; r++) {
-            if (c + 16 == Lp) acc[r] = select16(real_in_last, acc[r], minus_inf);
+            if (c + LANES == Lp) acc[r] = select16(real_in_last, acc[r], minus_inf);
             top[r] = larger16(acc[r], top[r]);
             store16(probs + r * Lp + c, acc[r]);
         }
@@ -100,15 +123,15 @@ static inline __attribute__((always_inline)) void attend_block(const float *quer
         float *row = probs + r * Lp;
         const float most = lanes_max(top[r]);
         v16 total = (v16){0};
-        for (int64_t c = 0; c < Lp; c += 16) {
+        for (int64_t c = 0; c < Lp; c += LANES) {
             v16 e = exp_nonpositive(load16(row + c) - most);
-            if (c + 16 == Lp) e = select16(real_in_last, e, (v16){0});
+            if (c + LANES == Lp) e = select16(real_in_last, e, (v16){0});
             total += e;
             store16(row + c, e);
         }
         inverse[r] = 1.0f / lanes_sum(total);
     }
-    for (int64_t dc = 0; dc < D; dc += 16) {
+    for (int64_t dc = 0; dc < D; dc += LANES) {
         v16 acc[BLOCK];
         for (int r = 0; r < block; r++) acc[r] = (v16){0};
         for (int64_t j = 0; j < L; j++) {
@@ -141,7 +164,7 @@ static inline uint16_t to_bf16(float f) { /* round to nearest even, as torch's c
         if (D % 16) return 2;                                                                                        \
         int64_t longest = 1;                                                                                         \
         for (int64_t p = 0; p < pairs; p++) longest = lengths[p] > longest ? lengths[p] : longest;                   \
-        const int64_t most = (longest + 15) / 16 * 16;                                                               \
+        const int64_t most = (longest + LANES - 1) / LANES * LANES;                                                               \
         float *keys = malloc(sizeof(float) * (size_t)(W * most));                                                    \
         float *keys_t = malloc(sizeof(float) * (size_t)(D * most));                                                  \
         float *values = malloc(sizeof(float) * (size_t)(W * most));                                                  \
@@ -155,7 +178,7 @@ static inline uint16_t to_bf16(float f) { /* round to nearest even, as torch's c
         }                                                                                                            \
         int64_t start = 0;                                                                                           \
         for (int64_t p = 0; p < pairs; p++) {                                                                        \
-            const int64_t L = lengths[p], Lp = (L + 15) / 16 * 16;                                                   \
+            const int64_t L = lengths[p], Lp = (L + LANES - 1) / LANES * LANES;                                                   \
             const int64_t rows = first_only ? 1 : L, padded_rows = (rows + BLOCK - 1) / BLOCK * BLOCK;               \
             for (int64_t j = 0; j < L; j++) {                                                                        \
                 const T *kr = k + (start + j) * kv_stride, *vr = v + (start + j) * kv_stride;                        \
