@@ -155,13 +155,12 @@ def attend(
     heads: int,
     scale: float,
     first_only: bool = False,
-    out: torch.Tensor | None = None,
     lib: ctypes.CDLL | None = None,
 ) -> torch.Tensor:
     """Attention within each row of packed pairs (``lengths``: an int64 tensor of the pairs' token counts, the pairs one
     after the other): ``key`` and ``value`` ``(tokens, heads * head_size)`` (views with contiguous rows, e.g. slices of
     one projection), ``query`` the same, or with ``first_only`` one row per pair (its first token's query). Returns the
-    context, ``(tokens, hidden)`` (rows past the pairs' tokens untouched in ``out``, zero in a new one), or
+    context, ``(tokens, hidden)`` (zero at rows past the pairs' tokens), or
     ``(pairs, hidden)`` with ``first_only``. ``lib``: a :func:`load`-ed build (default :func:`library`). Raises
     :class:`SmallAttentionError` where the kernel is unavailable."""
     lib = lib or library()
@@ -178,11 +177,10 @@ def attend(
         )
     if key.stride(0) != value.stride(0):
         raise SmallAttentionError("keys and values must share their row stride (slices of one projection)")
-    if out is not None and (not supports(out, width // heads) or out.dtype != query.dtype):
-        raise SmallAttentionError("out must be a matrix of the query's dtype with contiguous rows")
     lengths = lengths.to(device="cpu", dtype=torch.int64).contiguous()
-    if out is None:
-        out = query.new_zeros(lengths.numel() if first_only else query.shape[0], width)
+    out = query.new_empty(lengths.numel() if first_only else query.shape[0], width)
+    if not first_only:  # the packed matrix's extra rows: the kernel writes the pairs' tokens only
+        out[int(lengths.sum()) :].zero_()
     status = getattr(lib, DTYPES[query.dtype])(
         query.data_ptr(),
         query.stride(0),

@@ -112,12 +112,7 @@ def rowwise_attention(qkv: torch.Tensor, pattern: torch.Tensor, heads: int, scal
     width = qkv.shape[1] // 3
     lengths = _row_lengths(pattern)
     if use_small_attention(qkv, width // heads):
-        out = qkv.new_empty(qkv.shape[0], width)
-        small_attention.attend(
-            qkv[:, :width], qkv[:, width : 2 * width], qkv[:, 2 * width :], lengths, heads, scale, out=out
-        )
-        out[int(lengths.sum()) :].zero_()
-        return out
+        return small_attention.attend_rows(qkv, lengths, heads, scale)
     out = qkv.new_empty(qkv.shape[0], width)
     start = 0
     for size in lengths.tolist():
