@@ -179,3 +179,29 @@ def test_compiled_ranker_on_cuda_fp16(tokenizers):
         assert got_layers == want_layers
         assert (got - want).abs().max() <= CUDA_FP16_ABS
     assert dynamo_utils.counters["stats"]["unique_graphs"] == graphs
+
+
+@pytest.mark.parametrize("unpadded", [pytest.param(False, marks=pytest.mark.slow), True])
+def test_each_compiled_ranker_in_a_process_builds_its_own_graphs_without_breaks(tokenizers, unpadded):
+    """Two compiled rankers (two models' frozen weights) in one process: each builds as many graphs as the first, none
+    runs eagerly because another used up dynamo's recompile budget (kept per code object: before each ranker had
+    wrappers of its own, three unpadded rankers built 10, 6 and 2 graphs), and no stage breaks its graph (the final
+    head's outputs were a ``SimpleNamespace``, which dynamo cannot build: a break in every final stage). The padded
+    cascade (slow: about 100 s) the same."""
+    from torch._dynamo.utils import counters
+
+    counters.clear()
+    frames = []
+    for seed in range(2):
+        model, tokenizer = cascade_model(tokenizers, "bert", contextual=False, seed=seed)
+        eager = Ranker(model, tokenizer, unpadded=unpadded)
+        counter = CompileCounter()
+        compiled = CompiledRankerModel(model, backend=counter)
+        ranker = Ranker(compiled, tokenizer, unpadded=unpadded)
+        compiled.warm_up(ranker)
+        for got_layers, want_layers, got, want in side_by_side(ranker, eager, (None, 0.5, 0.3)):
+            assert got_layers == want_layers
+            assert torch.allclose(got, want, atol=1e-6)
+        frames.append(counter.frame_count)
+    assert frames[0] >= 4 and frames == [frames[0]] * 2, frames
+    assert not counters["graph_break"], dict(counters["graph_break"])

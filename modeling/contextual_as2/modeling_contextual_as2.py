@@ -17,12 +17,11 @@ Example:
 """
 
 from dataclasses import dataclass
-from types import SimpleNamespace
 
 import torch
 from torch import nn
 from transformers.masking_utils import create_bidirectional_mask
-from transformers.modeling_outputs import SequenceClassifierOutput
+from transformers.modeling_outputs import BaseModelOutputWithPooling, SequenceClassifierOutput
 from transformers.models.bert.modeling_bert import BertModel, BertPreTrainedModel
 from transformers.models.electra.modeling_electra import (
     ElectraClassificationHead,
@@ -184,10 +183,12 @@ class ContextualAS2Mixin(TokenTypeGrowthMixin):
         return self.cascade_heads[index](hidden)
 
     def classify_hidden(self, hidden: torch.Tensor) -> torch.Tensor:
-        """The final head's logits on the last layer's output (what ``forward`` returns as ``logits``)."""
+        """The final head's logits on the last layer's output (what ``forward`` returns as ``logits``). The outputs are a
+        transformers ``ModelOutput``, which ``torch.compile`` traces (a ``SimpleNamespace`` broke the compiled ranker's
+        graph here: each final stage ran as three compiled calls)."""
         pooler = getattr(self.base_model, "pooler", None)
         pooled = pooler(hidden) if pooler is not None else None
-        return self._classify(SimpleNamespace(last_hidden_state=hidden, pooler_output=pooled))
+        return self._classify(BaseModelOutputWithPooling(last_hidden_state=hidden, pooler_output=pooled))
 
     def _loss(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
         labels = labels.to(logits.device).view(-1)
