@@ -95,6 +95,15 @@ def parse_args(argv=None):
         help="the unpadded rows' attention on the CPU (unpadded.ROW_ATTENTION; both: each unpadded row again with "
         "PyTorch's kernel, labelled " + "'(PyTorch attention)')",
     )
+    parser.add_argument(
+        "--interleave",
+        choices=("question", "pass"),
+        default=None,
+        help="question (the default in mode question): each question ranked by every system in turn, the order rotated "
+        "per question, each system's time summed over its calls, so that all see the machine in the same state (on a "
+        "shared 2-core VM whole passes of different systems drifted 25-50%% apart); pass: each system ranks every "
+        "question in one timed pass, the systems one after another (mode batched: one call is the pass)",
+    )
     parser.add_argument("--max_length", type=int, default=256)
     parser.add_argument("--bootstrap", type=int, default=10000)
     parser.add_argument("--bf16", choices=("auto", "on", "off"), default="auto", help="bf16 rows (auto: bf16 CPUs)")
@@ -104,7 +113,37 @@ def parse_args(argv=None):
     args.drops = [float(d) for d in args.drops.split(",")]
     args.backends = args.backends.split(",")
     args.peer_batch_sizes = [int(b) for b in args.peer_batch_sizes.split(",")]
+    if args.interleave is None:
+        args.interleave = "question" if args.mode == "question" else "pass"
+    if args.interleave == "question" and args.mode != "question":
+        raise SystemExit("--interleave question needs --mode question (mode batched ranks every question in one call)")
     return args
+
+
+def timed_repeat(systems: dict, data: list, interleave: str, repeat: int) -> tuple[dict, dict]:
+    """One repeat: (seconds per system, each system's per-question output). ``interleave="pass"``: each system ranks
+    ``data`` in one timed call, one system after another; ``"question"``: question by question, every system ranks it
+    in turn (the order rotated by one per question and per repeat), each call timed and summed per system."""
+    names = list(systems)
+    seconds = dict.fromkeys(names, 0.0)
+    if interleave == "pass":
+        outputs = {}
+        for name in names:
+            gc.collect()
+            start = time.perf_counter()
+            outputs[name] = systems[name][3](data)
+            seconds[name] = time.perf_counter() - start
+        return seconds, outputs
+    outputs = {name: [] for name in names}
+    gc.collect()
+    for i, item in enumerate(data):
+        shift = (i + repeat) % len(names)
+        for name in names[shift:] + names[:shift]:
+            start = time.perf_counter()
+            (result,) = systems[name][3]([item])
+            seconds[name] += time.perf_counter() - start
+            outputs[name].append(result)
+    return seconds, outputs
 
 
 def questions_of(max_questions, split: str = "test"):
@@ -321,16 +360,15 @@ def main(argv=None) -> dict:
     systems = make_systems(args, folders, data)
     for _, _, _, fn in systems.values():  # warm-up on the first questions: sessions, allocators, caches
         fn(data[:8])
+    logger.info("timing %d systems, %d repeats, interleaved per %s", len(systems), args.repeats, args.interleave)
     load = {"start": list(os.getloadavg())}
     times = {name: [] for name in systems}
     outputs = {}
     for repeat in range(args.repeats):
-        for name, (_, _, _, fn) in systems.items():
-            gc.collect()
-            start = time.perf_counter()
-            result = fn(data)
-            times[name].append(time.perf_counter() - start)
-            outputs.setdefault(name, result)
+        seconds, results = timed_repeat(systems, data, args.interleave, repeat)
+        for name in systems:
+            times[name].append(seconds[name])
+            outputs.setdefault(name, results[name])
             logger.info("repeat %d %s: %.1f pairs/s (load %.1f)", repeat + 1, name, num_pairs / times[name][-1],
                         os.getloadavg()[0])  # fmt: skip
     load["end"] = list(os.getloadavg())
@@ -391,6 +429,7 @@ def main(argv=None) -> dict:
             "mode": args.mode,
             "timing": "best of repeats; mode question: one call per question with all its candidates, batched: one "
             "call for all questions; tokenization included; systems interleaved",
+            "interleave": args.interleave,
             "target_rule": "a target holds when the 95% interval's lower bound is within it (MAP -0.005, P@1 -1 point)",
         },
         "load_average": load,
