@@ -27,37 +27,40 @@
 #else
 #define LANES 8
 #endif
-typedef float v16 __attribute__((vector_size(LANES * 4)));
-typedef int32_t v16i __attribute__((vector_size(LANES * 4)));
+typedef float vecf __attribute__((vector_size(LANES * 4)));
+typedef int32_t veci __attribute__((vector_size(LANES * 4)));
 
 #if defined(__clang__)
 #define SHUFFLE(x, ...) __builtin_shufflevector((x), (x), __VA_ARGS__)
 #else
-#define SHUFFLE(x, ...) __builtin_shuffle((x), (v16i){__VA_ARGS__})
+#define SHUFFLE(x, ...) __builtin_shuffle((x), (veci){__VA_ARGS__})
 #endif
 
 #define BLOCK 8 /* queries per block: 8 independent sums per key vector */
 
-static inline v16 load16(const float *p) { v16 r; memcpy(&r, p, sizeof r); return r; }
-static inline void store16(float *p, v16 x) { memcpy(p, &x, sizeof x); }
-static inline v16 select16(v16i mask, v16 a, v16 b) { return (v16)(((v16i)a & mask) | ((v16i)b & ~mask)); }
-static inline v16 larger16(v16 a, v16 b) { return select16(a > b, a, b); }
+static inline vecf load_v(const float *p) { vecf r; memcpy(&r, p, sizeof r); return r; }
+static inline void store_v(float *p, vecf x) { memcpy(p, &x, sizeof x); }
+static inline vecf select_v(veci mask, vecf a, vecf b) { return (vecf)(((veci)a & mask) | ((veci)b & ~mask)); }
+static inline vecf larger_v(vecf a, vecf b) { return select_v(a > b, a, b); }
 
-static inline float lanes_max(v16 x) {
+/* n rounded up to whole vectors */
+static inline int64_t lanes_up(int64_t n) { return (n + LANES - 1) / LANES * LANES; }
+
+static inline float lanes_max(vecf x) {
 #if LANES == 16
-    x = larger16(x, SHUFFLE(x, 8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4, 5, 6, 7));
-    x = larger16(x, SHUFFLE(x, 4, 5, 6, 7, 0, 1, 2, 3, 12, 13, 14, 15, 8, 9, 10, 11));
-    x = larger16(x, SHUFFLE(x, 2, 3, 0, 1, 6, 7, 4, 5, 10, 11, 8, 9, 14, 15, 12, 13));
-    x = larger16(x, SHUFFLE(x, 1, 0, 3, 2, 5, 4, 7, 6, 9, 8, 11, 10, 13, 12, 15, 14));
+    x = larger_v(x, SHUFFLE(x, 8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4, 5, 6, 7));
+    x = larger_v(x, SHUFFLE(x, 4, 5, 6, 7, 0, 1, 2, 3, 12, 13, 14, 15, 8, 9, 10, 11));
+    x = larger_v(x, SHUFFLE(x, 2, 3, 0, 1, 6, 7, 4, 5, 10, 11, 8, 9, 14, 15, 12, 13));
+    x = larger_v(x, SHUFFLE(x, 1, 0, 3, 2, 5, 4, 7, 6, 9, 8, 11, 10, 13, 12, 15, 14));
 #else
-    x = larger16(x, SHUFFLE(x, 4, 5, 6, 7, 0, 1, 2, 3));
-    x = larger16(x, SHUFFLE(x, 2, 3, 0, 1, 6, 7, 4, 5));
-    x = larger16(x, SHUFFLE(x, 1, 0, 3, 2, 5, 4, 7, 6));
+    x = larger_v(x, SHUFFLE(x, 4, 5, 6, 7, 0, 1, 2, 3));
+    x = larger_v(x, SHUFFLE(x, 2, 3, 0, 1, 6, 7, 4, 5));
+    x = larger_v(x, SHUFFLE(x, 1, 0, 3, 2, 5, 4, 7, 6));
 #endif
     return x[0];
 }
 
-static inline float lanes_sum(v16 x) {
+static inline float lanes_sum(vecf x) {
 #if LANES == 16
     x += SHUFFLE(x, 8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4, 5, 6, 7);
     x += SHUFFLE(x, 4, 5, 6, 7, 0, 1, 2, 3, 12, 13, 14, 15, 8, 9, 10, 11);
@@ -74,20 +77,20 @@ static inline float lanes_sum(v16 x) {
 /* e^x lane by lane for x <= 0 (scores minus their row's maximum): x log2(e) = n + f with n an integer and |f| <= 1/2,
  * 2^f by its degree-6 Taylor polynomial (relative error below 2e-7), 2^n through the exponent bits; below -87 (where
  * e^x is under float's normal range) it returns e^-87. */
-static inline v16 exp_nonpositive(v16 x) {
-    const v16 lowest = (v16){0} - 87.0f;
-    x = select16(x < lowest, lowest, x);
-    const v16 t = x * 1.44269504088896341f;
-    const v16 n = (t + 12582912.0f) - 12582912.0f; /* round to the nearest integer: add and remove 1.5 * 2^23 */
-    const v16 f = t - n;
-    v16 p = f * 1.5403530e-4f + 1.3333558e-3f;
+static inline vecf exp_nonpositive(vecf x) {
+    const vecf lowest = (vecf){0} - 87.0f;
+    x = select_v(x < lowest, lowest, x);
+    const vecf t = x * 1.44269504088896341f;
+    const vecf n = (t + 12582912.0f) - 12582912.0f; /* round to the nearest integer: add and remove 1.5 * 2^23 */
+    const vecf f = t - n;
+    vecf p = f * 1.5403530e-4f + 1.3333558e-3f;
     p = p * f + 9.6181291e-3f;
     p = p * f + 5.5504109e-2f;
     p = p * f + 2.4022651e-1f;
     p = p * f + 6.9314718e-1f;
     p = p * f + 1.0f;
-    const v16i bits = (__builtin_convertvector(n, v16i) + 127) << 23;
-    return p * (v16)bits;
+    const veci bits = (__builtin_convertvector(n, veci) + 127) << 23;
+    return p * (vecf)bits;
 }
 
 /* queries qb .. qb + block - 1 of one head: queries (rows of stride qs, scaled), keys_t (d, Lp) and values (rows of
@@ -97,48 +100,48 @@ static inline __attribute__((always_inline)) void attend_block(const float *quer
                                                                int64_t D, float *probs, float *context,
                                                                const int block) {
 #if LANES == 16
-    const v16 lane = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
+    const vecf lane = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
 #else
-    const v16 lane = {0, 1, 2, 3, 4, 5, 6, 7};
+    const vecf lane = {0, 1, 2, 3, 4, 5, 6, 7};
 #endif
-    const v16i real_in_last = lane < (float)(L - (Lp - LANES)); /* the last chunk of LANES keys: which are real */
-    const v16 minus_inf = (v16){0} - INFINITY;
-    v16 top[BLOCK];
+    const veci real_in_last = lane < (float)(L - (Lp - LANES)); /* the last chunk of LANES keys: which are real */
+    const vecf minus_inf = (vecf){0} - INFINITY;
+    vecf top[BLOCK];
     for (int r = 0; r < block; r++) top[r] = minus_inf;
     for (int64_t c = 0; c < Lp; c += LANES) {
-        v16 acc[BLOCK];
-        for (int r = 0; r < block; r++) acc[r] = (v16){0};
+        vecf acc[BLOCK];
+        for (int r = 0; r < block; r++) acc[r] = (vecf){0};
         for (int64_t d = 0; d < D; d++) {
-            const v16 key = load16(keys_t + d * Lp + c);
+            const vecf key = load_v(keys_t + d * Lp + c);
             for (int r = 0; r < block; r++) acc[r] += queries[r * qs + d] * key;
         }
         for (int r = 0; r < block; r++) {
-            if (c + LANES == Lp) acc[r] = select16(real_in_last, acc[r], minus_inf);
-            top[r] = larger16(acc[r], top[r]);
-            store16(probs + r * Lp + c, acc[r]);
+            if (c + LANES == Lp) acc[r] = select_v(real_in_last, acc[r], minus_inf);
+            top[r] = larger_v(acc[r], top[r]);
+            store_v(probs + r * Lp + c, acc[r]);
         }
     }
     float inverse[BLOCK];
     for (int r = 0; r < block; r++) {
         float *row = probs + r * Lp;
         const float most = lanes_max(top[r]);
-        v16 total = (v16){0};
+        vecf total = (vecf){0};
         for (int64_t c = 0; c < Lp; c += LANES) {
-            v16 e = exp_nonpositive(load16(row + c) - most);
-            if (c + LANES == Lp) e = select16(real_in_last, e, (v16){0});
+            vecf e = exp_nonpositive(load_v(row + c) - most);
+            if (c + LANES == Lp) e = select_v(real_in_last, e, (vecf){0});
             total += e;
-            store16(row + c, e);
+            store_v(row + c, e);
         }
         inverse[r] = 1.0f / lanes_sum(total);
     }
     for (int64_t dc = 0; dc < D; dc += LANES) {
-        v16 acc[BLOCK];
-        for (int r = 0; r < block; r++) acc[r] = (v16){0};
+        vecf acc[BLOCK];
+        for (int r = 0; r < block; r++) acc[r] = (vecf){0};
         for (int64_t j = 0; j < L; j++) {
-            const v16 value = load16(values + j * vs + dc);
+            const vecf value = load_v(values + j * vs + dc);
             for (int r = 0; r < block; r++) acc[r] += probs[r * Lp + j] * value;
         }
-        for (int r = 0; r < block; r++) store16(context + r * vs + dc, acc[r] * inverse[r]);
+        for (int r = 0; r < block; r++) store_v(context + r * vs + dc, acc[r] * inverse[r]);
     }
 }
 
@@ -160,16 +163,16 @@ static inline uint16_t to_bf16(float f) { /* round to nearest even, as torch's c
 #define ATTEND(NAME, T, LOAD, STORE)                                                                                 \
     int NAME(const T *q, int64_t q_stride, const T *k, const T *v, int64_t kv_stride, T *out, int64_t out_stride,    \
              const int64_t *lengths, int64_t pairs, int64_t heads, int64_t head_size, float scale, int first_only) { \
-        const int64_t D = head_size, W = heads * head_size;                                                         \
+        const int64_t D = head_size, W = heads * head_size;                                                          \
         if (D % 16) return 2;                                                                                        \
         int64_t longest = 1;                                                                                         \
         for (int64_t p = 0; p < pairs; p++) longest = lengths[p] > longest ? lengths[p] : longest;                   \
-        const int64_t most = (longest + LANES - 1) / LANES * LANES;                                                               \
+        const int64_t most = lanes_up(longest);                                                                      \
         float *keys = malloc(sizeof(float) * (size_t)(W * most));                                                    \
         float *keys_t = malloc(sizeof(float) * (size_t)(D * most));                                                  \
         float *values = malloc(sizeof(float) * (size_t)(W * most));                                                  \
         float *queries = malloc(sizeof(float) * (size_t)(W * most));                                                 \
-        float *context = malloc(sizeof(float) * (size_t)(W * most));                                                \
+        float *context = malloc(sizeof(float) * (size_t)(W * most));                                                 \
         float *probs = malloc(sizeof(float) * (size_t)(BLOCK * most));                                               \
         int status = 0;                                                                                              \
         if (!keys || !keys_t || !values || !queries || !context || !probs) {                                         \
@@ -178,7 +181,7 @@ static inline uint16_t to_bf16(float f) { /* round to nearest even, as torch's c
         }                                                                                                            \
         int64_t start = 0;                                                                                           \
         for (int64_t p = 0; p < pairs; p++) {                                                                        \
-            const int64_t L = lengths[p], Lp = (L + LANES - 1) / LANES * LANES;                                                   \
+            const int64_t L = lengths[p], Lp = lanes_up(L);                                                          \
             const int64_t rows = first_only ? 1 : L, padded_rows = (rows + BLOCK - 1) / BLOCK * BLOCK;               \
             for (int64_t j = 0; j < L; j++) {                                                                        \
                 const T *kr = k + (start + j) * kv_stride, *vr = v + (start + j) * kv_stride;                        \
