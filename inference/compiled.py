@@ -31,7 +31,7 @@ import time
 import torch
 
 from as2hub.inference.cascade import TorchStages, cascade_layers
-from as2hub.inference.unpadded import packed_stage
+from as2hub.inference.unpadded import embedded_stage, packed_stage
 from as2hub.modeling.first_token import first_token_last_layer
 
 logger = logging.getLogger("as2hub.backends")
@@ -146,6 +146,7 @@ class CompiledRankerModel:
             }  # classify_hidden (the pooler and head on one token per row) stays eager: no work to fuse
         # the unpadded pass (Ranker(..., unpadded=True)): compiled on first use, one graph per stage with its head
         self._packed_stage = self._compile(functools.partial(packed_stage, model))
+        self._embedded_stage = self._compile(functools.partial(embedded_stage, model))  # its first stage: one call
 
     def _compile(self, function):
         # a cascade stage compiles once per (stage, batch of 1 or more): up to 2 x the stages; room beyond that
@@ -176,7 +177,7 @@ class CompiledRankerModel:
             return self._stages[name](*args, **kwargs)
 
     def cascade_embed(self, **batch):
-        if "cascade_embed" not in self._stages:  # no cascade heads: the unpadded pass embeds eagerly (a lookup)
+        if "cascade_embed" not in self._stages:  # no cascade heads, no padded cascade: eager (a lookup)
             return self.module.cascade_embed(**batch)
         return self._stage("cascade_embed", **batch)
 
@@ -185,6 +186,12 @@ class CompiledRankerModel:
         compiled."""
         with self._running(), _outside_output_capture():
             return self._packed_stage(hidden, index, firsts, pattern, start, end, head)
+
+    def embedded_stage(self, batch: dict, real, index, firsts, pattern, end: int, head: int):
+        """:func:`~as2hub.inference.unpadded.embedded_stage` of the model (the unpadded pass's first stage from the
+        padded token batch, the embeddings in the same graph), compiled."""
+        with self._running(), _outside_output_capture():
+            return self._embedded_stage(batch, real, index, firsts, pattern, end, head)
 
     def cascade_encode(self, hidden, attention_mask, start: int, end: int):
         last = end == self.config.num_hidden_layers  # the final stage: its last layer for the first token only

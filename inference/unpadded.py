@@ -210,16 +210,35 @@ def _first_token_layer(layer, hidden: torch.Tensor, plan: UnpaddedBatch, firsts:
     return layer.feed_forward_chunk(layer.attention.output(context, first))
 
 
-def embed_packed(model, batch: dict) -> tuple[torch.Tensor, PackedRows]:
+def packed_embeddings(model, batch: dict, real: torch.Tensor, rows: int) -> torch.Tensor:
     """A padded token batch's embeddings (``model.cascade_embed``: segments, positions, ELECTRA's projection as the
-    full forward computes them), packed: ``(tokens, hidden)`` and where the tokens are."""
-    batch = {key: value.to(model.device) for key, value in batch.items()}
-    mask = batch["attention_mask"]
+    full forward computes them) at its real tokens (``real``: their flat positions in the batch), with zero rows after
+    them up to ``rows``: the packed ``(rows, hidden)`` matrix."""
     embeddings = model.cascade_embed(**batch)
-    rows, length, width = embeddings.shape
-    packing = PackedRows.from_lengths(mask.sum(dim=1).tolist(), embeddings.device)
-    tokens = embeddings.reshape(rows * length, width).index_select(0, mask.reshape(-1).nonzero().squeeze(-1))
-    return packing.pack(tokens), packing
+    tokens = embeddings.reshape(-1, embeddings.shape[-1]).index_select(0, real)
+    return torch.cat([tokens, tokens.new_zeros(rows - tokens.shape[0], tokens.shape[1])])
+
+
+def packing_of(batch: dict) -> tuple[torch.Tensor, PackedRows]:
+    """Where a padded token batch's real tokens go: their flat positions in the batch, and their :class:`PackedRows`."""
+    mask = batch["attention_mask"]
+    return mask.reshape(-1).nonzero().squeeze(-1), PackedRows.from_lengths(mask.sum(dim=1).tolist(), mask.device)
+
+
+def embedded_stage(
+    model,
+    batch: dict,
+    real: torch.Tensor,
+    index: torch.Tensor,
+    firsts: torch.Tensor,
+    pattern: torch.Tensor,
+    end: int,
+    head: int,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The first stage from the padded token batch: :func:`packed_embeddings` then :func:`packed_stage` from layer 0,
+    one function, so that a compiled pass is one call (one graph) per batch."""
+    hidden = packed_embeddings(model, batch, real, index.shape[0])
+    return packed_stage(model, hidden, index, firsts, pattern, 0, end, head)
 
 
 def packed_stage(
@@ -262,12 +281,22 @@ def run_stage(model, hidden: torch.Tensor, packing: PackedRows, start: int, end:
     return own(*arguments) if own is not None else packed_stage(model, *arguments)
 
 
+def run_first_stage(model, batch: dict, end: int, head: int = 0) -> tuple[torch.Tensor, torch.Tensor, PackedRows]:
+    """:func:`embedded_stage` of a padded token batch (through ``model.embedded_stage`` where the model has one, the
+    compiled ranker's): ``(states, logits, packing)``."""
+    batch = {key: value.to(model.device) for key, value in batch.items()}
+    real, packing = packing_of(batch)
+    arguments = (batch, real, packing.index, packing.firsts, packing.pattern, end, head)
+    own = getattr(model, "embedded_stage", None)
+    states, logits = own(*arguments) if own is not None else embedded_stage(model, *arguments)
+    return states, logits, packing
+
+
 @torch.inference_mode()
 def unpadded_logits(model, batch: dict) -> torch.Tensor:
     """The full model's logits for a padded token batch, computed on its real tokens (the first token of the last
     layer only)."""
-    hidden, packing = embed_packed(model, batch)
-    return run_stage(model, hidden, packing, 0, model.config.num_hidden_layers)[1]
+    return run_first_stage(model, batch, model.config.num_hidden_layers)[1]
 
 
 class UnpaddedStages:
@@ -286,11 +315,11 @@ class UnpaddedStages:
         start = self.stages[stage - 1] if stage else 0
         end = self.stages[stage]
         if stage == 0:
-            states, packing = embed_packed(self.model, batch)
+            states, logits, packing = run_first_stage(self.model, batch, end, stage)
         else:
             packing = PackedRows.from_lengths([state.shape[0] for state in hidden], self.device)
             states = packing.pack(torch.cat(hidden))
-        states, logits = run_stage(self.model, states, packing, start, end, stage)
+            states, logits = run_stage(self.model, states, packing, start, end, stage)
         if stage == len(self.stages) - 1:
             return None, logits
         return packing.split(states), logits
