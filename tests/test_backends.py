@@ -359,13 +359,18 @@ def test_gpu_half_precision_scores_stay_within_tolerance(stock_checkpoint, tmp_p
 # Batching: the per-device default
 
 
-def test_default_batch_size_is_16_on_cpu_and_64_on_a_gpu_and_scores_do_not_depend_on_it(stock_checkpoint, tmp_path):
+def test_default_batch_size_is_16_on_cpu_and_64_on_a_gpu_or_unpadded_and_scores_do_not_depend_on_it(
+    stock_checkpoint, tmp_path
+):
     from as2hub.inference.ranking import default_batch_size
 
     assert default_batch_size("cpu") == 16 and default_batch_size(torch.device("cuda", 0)) == 64
+    assert default_batch_size("cpu", unpadded=True) == 64  # no padding computed: one call for a question's candidates
     folder = spread_tiny_ranker(stock_checkpoint, tmp_path, "bert", True, export=False)
     ranker = Ranker.from_pretrained(folder)
     assert ranker.batch_size == 16 and Ranker.from_pretrained(folder, batch_size=5).batch_size == 5
+    assert Ranker.from_pretrained(folder, unpadded=True).batch_size == 64
+    assert Ranker.from_pretrained(folder, unpadded=True, batch_size=5).batch_size == 5
     # 40 pairs of different lengths: the default cuts them into three length-sorted batches
     questions = [QUESTION + " why" * (i % 7) for i in range(40)]
     candidates = [CANDIDATES[i % len(CANDIDATES)] + " and" * (i % 11) for i in range(40)]
