@@ -210,19 +210,27 @@ def _first_token_layer(layer, hidden: torch.Tensor, plan: UnpaddedBatch, firsts:
     return layer.feed_forward_chunk(layer.attention.output(context, first))
 
 
-def packed_embeddings(model, batch: dict, real: torch.Tensor, rows: int) -> torch.Tensor:
+def packed_embeddings(model, batch: dict, real: torch.Tensor) -> torch.Tensor:
     """A padded token batch's embeddings (``model.cascade_embed``: segments, positions, ELECTRA's projection as the
-    full forward computes them) at its real tokens (``real``: their flat positions in the batch), with zero rows after
-    them up to ``rows``: the packed ``(rows, hidden)`` matrix."""
+    full forward computes them), packed: the rows at ``real`` (:func:`packing_of`'s flat positions), where positions
+    past the batch's tokens read a zero row appended after them (the packed matrix's extra rows)."""
     embeddings = model.cascade_embed(**batch)
-    tokens = embeddings.reshape(-1, embeddings.shape[-1]).index_select(0, real)
-    return torch.cat([tokens, tokens.new_zeros(rows - tokens.shape[0], tokens.shape[1])])
+    flat = embeddings.reshape(-1, embeddings.shape[-1])
+    return torch.cat([flat, flat.new_zeros(1, flat.shape[1])]).index_select(0, real)
 
 
 def packing_of(batch: dict) -> tuple[torch.Tensor, PackedRows]:
-    """Where a padded token batch's real tokens go: their flat positions in the batch, and their :class:`PackedRows`."""
+    """Where a padded token batch's real tokens go: the flat positions :func:`packed_embeddings` gathers (the real
+    tokens', then for the packed matrix's extra rows the position past the batch, its zero row), and their
+    :class:`PackedRows`. The extra rows are gathered rather than appended as zeros of their own count: compiled, a
+    count of 0 or 1 is a size dynamo specializes, and each built a graph of its own after the warm-up (15-19 s in a
+    timed run, 2026-11-29)."""
     mask = batch["attention_mask"]
-    return mask.reshape(-1).nonzero().squeeze(-1), PackedRows.from_lengths(mask.sum(dim=1).tolist(), mask.device)
+    packing = PackedRows.from_lengths(mask.sum(dim=1).tolist(), mask.device)
+    real = mask.reshape(-1).nonzero().squeeze(-1)
+    if packing.total > real.shape[0]:
+        real = torch.cat([real, real.new_full((packing.total - real.shape[0],), mask.numel())])
+    return real, packing
 
 
 def embedded_stage(
@@ -237,7 +245,7 @@ def embedded_stage(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The first stage from the padded token batch: :func:`packed_embeddings` then :func:`packed_stage` from layer 0,
     one function, so that a compiled pass is one call (one graph) per batch."""
-    hidden = packed_embeddings(model, batch, real, index.shape[0])
+    hidden = packed_embeddings(model, batch, real)
     return packed_stage(model, hidden, index, firsts, pattern, 0, end, head)
 
 

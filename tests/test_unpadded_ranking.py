@@ -24,6 +24,7 @@ from test_compiled_ranking import (
     assert_compiles_once_and_scores_as_eager,
     side_by_side,
 )
+from torch._dynamo.testing import CompileCounterWithBackend
 
 from as2hub.inference import small_attention, unpadded
 from as2hub.inference.compiled import CompiledRankerModel
@@ -131,6 +132,30 @@ def test_unpadded_cascade_is_the_padded_cascade(tokenizers, backbone, row_attent
 def test_unpadded_compiled_builds_once_and_scores_as_eager(tokenizers, row_attention):
     model, tokenizer = cascade_model(tokenizers, "bert", contextual=False)
     assert_compiles_once_and_scores_as_eager(model, tokenizer, unpadded=True)
+
+
+def test_unpadded_compiled_builds_nothing_more_when_the_tokens_fill_the_packed_rows(tokenizers):
+    """The packed matrix's extra rows (its token count rounded up to ``ROW_MULTIPLE``) number 0 to 31: compiled, a
+    count of 0 or 1 must not build graphs of its own after the warm-up (when the first stage appended that many zero
+    rows, dynamo specialized both, and a timed run compiled for 15-19 s on its first such questions). Batches whose
+    tokens leave 0, 1 and 2 extra rows, at one row and at several, score as eager and compile nothing. Through AOT
+    autograd (``aot_eager``), whose functionalization adds the size guards that inductor's graphs get, without its
+    code generation."""
+    model, tokenizer = cascade_model(tokenizers, "bert", contextual=False, layers=(1,), depth=2)
+    counter = CompileCounterWithBackend("aot_eager")
+    compiled = CompiledRankerModel(model, backend=counter)
+    compiled.warm_up(Ranker(compiled, tokenizer, unpadded=True))
+    frames = counter.frame_count
+    generator = torch.Generator().manual_seed(0)
+    for lengths in ([ROW_MULTIPLE], [ROW_MULTIPLE - 1], [ROW_MULTIPLE - 2], [30, 20, 14], [30, 20, 13], [30, 20, 12]):
+        rows = [(torch.randint(5, 90, (n,), generator=generator).tolist(), [0] * n) for n in lengths]
+        with torch.inference_mode():  # as Ranker builds its batches (tensors made outside would be guarded apart)
+            batch = pad_batch(rows, tokenizer.pad_token_id)
+        extra = -sum(lengths) % ROW_MULTIPLE
+        want = unpadded.unpadded_logits(model, batch)
+        got = unpadded.unpadded_logits(compiled, batch)
+        assert torch.allclose(got, want, atol=1e-5), extra
+        assert counter.frame_count == frames, f"{extra} extra rows compiled a graph after the warm-up"
 
 
 def test_from_pretrained_unpadded(tokenizers, tmp_path, row_attention):
