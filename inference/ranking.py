@@ -246,13 +246,13 @@ class Ranker:
 
         ``torch_compile=True`` runs a torch backend's passes (and cascade stages) through ``torch.compile``
         (:mod:`as2hub.inference.compiled`): compiled here, before the first call (MiniLM-L6 on one core: about 30 s,
-        70 s with cascade heads). Measured on an AMX Xeon (``inference/BACKENDS.md``): batched over questions 1.2x the
-        eager bf16 model, per question no gain beyond that machine's noise. An ONNX backend refuses it; with
+        70 s with cascade heads). Measured on an AMX Xeon (``inference/BACKENDS.md``, 2026-11-29): one question per call
+        1.32x the eager bf16 model (1.28x unpadded), batched over questions 1.2x. An ONNX backend refuses it; with
         ``backend="auto"`` it applies when the pick is a torch backend.
 
         ``unpadded=True`` skips the padding in the dense layers (:mod:`as2hub.inference.unpadded`; a torch backend, eager
-        or compiled): on an AMX Xeon, one WikiQA question per call, bf16 compiled 1.29x the padded pass (eager 1.02x);
-        batched over many questions, where little is padding, slower (``inference/BACKENDS.md``).
+        or compiled): on an AMX Xeon, one WikiQA question per call, bf16 compiled 1.44x the padded pass (eager 1.49x,
+        2026-11-29); batched over many questions, where little is padding, slower (``inference/BACKENDS.md``).
 
         Example:
             >>> ranker = Ranker.from_pretrained("path/to/ranker", backend="auto", num_threads=2)  # doctest: +SKIP
