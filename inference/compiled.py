@@ -188,11 +188,11 @@ class CompiledRankerModel:
         with self._running(), _outside_output_capture():
             return self._packed_stage(hidden, index, firsts, pattern, start, end, head)
 
-    def embedded_stage(self, batch: dict, real, index, firsts, pattern, end: int, head: int):
+    def embedded_stage(self, batch: dict, positions, index, firsts, pattern, end: int, head: int):
         """:func:`~as2hub.inference.unpadded.embedded_stage` of the model (the unpadded pass's first stage from the
         padded token batch, the embeddings in the same graph), compiled."""
         with self._running(), _outside_output_capture():
-            return self._embedded_stage(batch, real, index, firsts, pattern, end, head)
+            return self._embedded_stage(batch, positions, index, firsts, pattern, end, head)
 
     def cascade_encode(self, hidden, attention_mask, start: int, end: int):
         last = end == self.config.num_hidden_layers  # the final stage: its last layer for the first token only

@@ -171,9 +171,10 @@ class Ranker:
     """A model, its tokenizer and the batching that makes scoring fast.
 
     ``batch_size`` is the most pairs per forward pass; ``None`` picks :func:`default_batch_size` for the model's device
-    (16 on CPU, 64 on a GPU; 64 with ``unpadded=True``). Which pairs share a pass: the pairs are sorted by length and cut into batches by a cost
-    model (:func:`~as2hub.inference.batching.length_batches`): padding costs its tokens, and each pass ``call_cost``
-    tokens more; ``None`` takes the measured default for the device, the kind of backend and the scoring threads
+    (16 on CPU, 64 on a GPU; 64 with ``unpadded=True``). Which pairs share a pass: the pairs are sorted by length and
+    cut into batches by a cost model (:func:`~as2hub.inference.batching.length_batches`): padding costs its tokens, and
+    each pass ``call_cost`` tokens more; ``None`` takes the measured default for the device, the kind of backend and
+    the scoring threads
     (:data:`~as2hub.inference.batching.DEFAULT_CALL_COST`: 16 tokens on 1 CPU thread, 64 on 2, 256 with bf16 on 1
     thread; full batches on a GPU); ``float("inf")`` gives plain batches of ``batch_size`` sorted pairs. Scores do not
     depend on it beyond float rounding (ONNX int8: within 3e-5, fp32 within 1e-6, on WikiQA; bf16 within 4.4e-3, its

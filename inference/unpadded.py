@@ -210,13 +210,13 @@ def _first_token_layer(layer, hidden: torch.Tensor, plan: UnpaddedBatch, firsts:
     return layer.feed_forward_chunk(layer.attention.output(context, first))
 
 
-def packed_embeddings(model, batch: dict, real: torch.Tensor) -> torch.Tensor:
+def packed_embeddings(model, batch: dict, positions: torch.Tensor) -> torch.Tensor:
     """A padded token batch's embeddings (``model.cascade_embed``: segments, positions, ELECTRA's projection as the
-    full forward computes them), packed: the rows at ``real`` (:func:`packing_of`'s flat positions), where positions
+    full forward computes them), packed: the rows at ``positions`` (:func:`packing_of`'s), where positions
     past the batch's tokens read a zero row appended after them (the packed matrix's extra rows)."""
     embeddings = model.cascade_embed(**batch)
     flat = embeddings.reshape(-1, embeddings.shape[-1])
-    return torch.cat([flat, flat.new_zeros(1, flat.shape[1])]).index_select(0, real)
+    return torch.cat([flat, flat.new_zeros(1, flat.shape[1])]).index_select(0, positions)
 
 
 def packing_of(batch: dict) -> tuple[torch.Tensor, PackedRows]:
@@ -227,16 +227,16 @@ def packing_of(batch: dict) -> tuple[torch.Tensor, PackedRows]:
     timed run, 2026-11-29)."""
     mask = batch["attention_mask"]
     packing = PackedRows.from_lengths(mask.sum(dim=1).tolist(), mask.device)
-    real = mask.reshape(-1).nonzero().squeeze(-1)
-    if packing.total > real.shape[0]:
-        real = torch.cat([real, real.new_full((packing.total - real.shape[0],), mask.numel())])
-    return real, packing
+    positions = mask.reshape(-1).nonzero().squeeze(-1)
+    if packing.total > positions.shape[0]:
+        positions = torch.cat([positions, positions.new_full((packing.total - positions.shape[0],), mask.numel())])
+    return positions, packing
 
 
 def embedded_stage(
     model,
     batch: dict,
-    real: torch.Tensor,
+    positions: torch.Tensor,
     index: torch.Tensor,
     firsts: torch.Tensor,
     pattern: torch.Tensor,
@@ -245,7 +245,7 @@ def embedded_stage(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The first stage from the padded token batch: :func:`packed_embeddings` then :func:`packed_stage` from layer 0,
     one function, so that a compiled pass is one call (one graph) per batch."""
-    hidden = packed_embeddings(model, batch, real)
+    hidden = packed_embeddings(model, batch, positions)
     return packed_stage(model, hidden, index, firsts, pattern, 0, end, head)
 
 
@@ -293,8 +293,8 @@ def run_first_stage(model, batch: dict, end: int, head: int = 0) -> tuple[torch.
     """:func:`embedded_stage` of a padded token batch (through ``model.embedded_stage`` where the model has one, the
     compiled ranker's): ``(states, logits, packing)``."""
     batch = {key: value.to(model.device) for key, value in batch.items()}
-    real, packing = packing_of(batch)
-    arguments = (batch, real, packing.index, packing.firsts, packing.pattern, end, head)
+    positions, packing = packing_of(batch)
+    arguments = (batch, positions, packing.index, packing.firsts, packing.pattern, end, head)
     own = getattr(model, "embedded_stage", None)
     states, logits = own(*arguments) if own is not None else embedded_stage(model, *arguments)
     return states, logits, packing
