@@ -242,9 +242,12 @@ echo "=== fake $AS2HUB_RUN_TAG"
 """
 
 
-def run_lease(tmp_path, status: str, group: str = "ssp", parallel: str = "2") -> list[list[str]]:
+def run_lease(
+    tmp_path, status: str, group: str = "ssp", parallel: str = "2", seconds: str = "500", printed: list | None = None
+) -> list[list[str]]:
     import subprocess
 
+    tmp_path.mkdir(exist_ok=True)
     part = tmp_path / "part.sh"
     part.write_text(FAKE_PART)
     calls, out = tmp_path / "calls.txt", tmp_path / "out"
@@ -254,7 +257,7 @@ def run_lease(tmp_path, status: str, group: str = "ssp", parallel: str = "2") ->
         "CALLS": str(calls),
         "PRETRAIN_STATUS": status,
         "AS2HUB_LEASE_PART": str(part),
-        "AS2HUB_LEASE_SECONDS": "500",
+        "AS2HUB_LEASE_SECONDS": seconds,
         "AS2HUB_LEASE_PARALLEL": parallel,
     }
     done = subprocess.run(
@@ -266,6 +269,8 @@ def run_lease(tmp_path, status: str, group: str = "ssp", parallel: str = "2") ->
     assert done.returncode == 0, done.stderr
     archive = out / f"gpu_learn_{group}.tgz"
     assert archive.is_file() and not list(out.glob("*.json")), sorted(p.name for p in out.iterdir())
+    if printed is not None:
+        printed.extend(done.stdout.splitlines())
     return [line.split("|") for line in calls.read_text().splitlines()]
 
 
@@ -288,6 +293,23 @@ def test_the_lease_fine_tunes_the_other_seeds_from_the_finished_pre_training(tmp
 def test_the_lease_starts_no_fine_tuning_without_its_pre_training(tmp_path):
     calls = run_lease(tmp_path, "partial")
     assert sorted(call[0] for call in calls) == ["base", "pairwise_mlm", "pairwise_ssp"]
+    # ... and its last line says which systems are left, so that the next call comes while the machine is warm
+    printed = []
+    run_lease(tmp_path / "again", "partial", printed=printed)
+    assert (
+        printed[-1]
+        == "NOT FINISHED: pairwise_mlm pairwise_ssp: call the same command again at once, on the warm machine"
+    )
+
+
+def test_the_lease_says_when_the_deadline_leaves_no_time_for_the_later_seeds(tmp_path):
+    printed = []
+    calls = run_lease(tmp_path, "done", seconds="100", printed=printed)  # under the 120 s a fine-tuning round needs
+    assert sorted(call[0] for call in calls) == ["base", "pairwise_mlm", "pairwise_ssp"]
+    assert printed[-1].startswith("NOT FINISHED: pairwise_mlm pairwise_ssp: ")
+    printed = []
+    run_lease(tmp_path / "full", "done", printed=printed)
+    assert printed[-1] == "group ssp complete"
 
 
 def test_the_mspp_group_runs_each_cascade_with_its_pre_training(tmp_path):

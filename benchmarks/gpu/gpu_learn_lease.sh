@@ -92,6 +92,15 @@ wait
 rm -f "$OUT"/*.md
 ( cd "$OUT" && tar czf "${AS2HUB_REPRODUCE_SCALE}_$GROUP.tgz" $(ls *.json *.log 2> /dev/null) -C "$LOGS" . ) && rm -f "$OUT"/*.json "$OUT"/*.log
 ls -la "$OUT"
-for f in "$LOGS"/*.txt; do echo "== $f"; grep -h -E "=== |exit code|Error|error:|not finished|did not finish" "$f" | tail -n 12; done
-nvidia-smi --query-gpu=name,memory.used,utilization.gpu --format=csv
+for f in "$LOGS"/*.txt; do echo "== $f"; grep -h -E "=== |exit code|Error|error:|; call again$" "$f" | tail -n 12; done
+nvidia-smi --query-gpu=name,memory.used,utilization.gpu --format=csv 2> /dev/null
 echo "lease took $(( $(date +%s) - START )) s"
+# The last line says whether the group is complete; a later call on the warm machine continues each output root (the
+# machine goes back after 30 s idle, and the pre-trained folders with it: call again at once).
+unfinished=$(grep -h -E "; call again$" "$LOGS"/*.txt | cut -d: -f1 | sort -u | paste -s -d' ')
+grep -q -h "exit code 3 " "$LOGS"/*.txt && unfinished="${unfinished:+$unfinished, }a reproduce.py invocation stopped at its deadline"
+if [ -n "$unfinished" ]; then
+  echo "NOT FINISHED: $unfinished: call the same command again at once, on the warm machine"
+else
+  echo "group $GROUP complete"
+fi
