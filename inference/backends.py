@@ -10,6 +10,9 @@ name           what runs                                               needs
 ``torch``      the torch model, fp32 (the reference scores)            nothing
 ``torch-bf16`` the torch model with bfloat16 weights                   bf16 hardware to be fast (``avx512_bf16`` or
                                                                        ``amx_bf16``); elsewhere it runs, emulated, slowly
+``torch-int8`` the torch model with int8 encoder products: 7-bit       nothing (a CPU backend; fast with VNNI / AMX,
+               weights per channel, activations per token             best with ``unpadded=True, torch_compile=True``)
+               (:mod:`~as2hub.inference.int8`)
 ``onnx``       ONNX Runtime on ``onnx/model.onnx`` (fp32);             ``pip install "as2hub[onnx]"`` and
                ``quantize="int8"``: ``onnx/model_qint8_dynamic.onnx``  ``as2hub-export-onnx PATH [--quantize int8]``
 ``onnx-int8``  the same as ``backend="onnx", quantize="int8"``:        as ``onnx``
@@ -53,6 +56,7 @@ logger = logging.getLogger("as2hub.backends")
 BACKENDS = {
     "torch": ("torch", "fp32"),
     "torch-bf16": ("torch", "bf16"),
+    "torch-int8": ("torch", "int8"),  # fp32 model, int8 encoder products, per-token scales (inference/int8.py)
     "onnx": ("onnx", None),  # fp32, or int8 with quantize="int8" (the historical spelling)
     "onnx-int8": ("onnx", "int8"),  # per-token activation scales: batch-invariant scores
     "cuda-fp16": ("cuda", "fp16"),
@@ -257,7 +261,9 @@ def check_runnable(name: str, cpu: CpuFeatures | None = None) -> None:
 def torch_dtype(name: str):
     import torch
 
-    return {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[BACKENDS[name][1] or "fp32"]
+    # torch-int8 keeps an fp32 model: only its encoder's products run on integers (inference/int8.py)
+    dtypes = {"fp32": torch.float32, "int8": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+    return dtypes[BACKENDS[name][1] or "fp32"]
 
 
 def describe_machine(cpu: CpuFeatures | None = None) -> str:

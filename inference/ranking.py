@@ -39,6 +39,7 @@ from as2hub.inference.batching import (
     scoring_threads,
 )
 from as2hub.inference.cascade import cascade_order, cascade_scores
+from as2hub.inference.int8 import quantize_encoder
 from as2hub.inference.unpadded import UnpaddedStages, check_unpadded, unpadded_logits
 from as2hub.modeling.first_token import first_token_last_layer
 from as2hub.modeling.folders import check_model_path, ranking_max_length
@@ -99,6 +100,8 @@ def _load(name, path, auto_class, quantize, num_threads, trust_remote_code):
             "for torch use torch.set_num_threads (and torch.ao.quantization)"
         )
     model = auto_class.from_pretrained(path, trust_remote_code=trust_remote_code)
+    if BACKENDS[name][1] == "int8":
+        quantize_encoder(model)
     dtype = torch_dtype(name)
     if engine == "cuda":
         model = model.to(device="cuda", dtype=dtype)
@@ -177,8 +180,9 @@ class Ranker:
     the scoring threads
     (:data:`~as2hub.inference.batching.DEFAULT_CALL_COST`: 16 tokens on 1 CPU thread, 64 on 2, 256 with bf16 on 1
     thread; full batches on a GPU); ``float("inf")`` gives plain batches of ``batch_size`` sorted pairs. Scores do not
-    depend on it beyond float rounding (ONNX int8: within 3e-5, fp32 within 1e-6, on WikiQA; bf16 within 4.4e-3, its
-    own batch dependence). ``max_length`` (tokens per input, longer ones truncated): ``None`` takes the one the model
+    depend on it beyond float rounding (ONNX int8: within 3e-5, fp32 within 1e-6, on WikiQA; ``torch-int8`` within 6e-8
+    with ``unpadded=True`` and 2.2e-3 padded, where attention's rounding over another padded length can move a value
+    across a boundary of its token's integers; bf16 within 4.4e-3, its own batch dependence). ``max_length`` (tokens per input, longer ones truncated): ``None`` takes the one the model
     was trained with (its config's ``as2hub_max_length``, written by ``run_as2.py``), else ``modeling/folders.py``'s ``DEFAULT_MAX_LENGTH``
     (:func:`~as2hub.modeling.folders.ranking_max_length`).
 
@@ -232,7 +236,8 @@ class Ranker:
         """Load a saved ranker and the backend that scores with it.
 
         ``backend``: ``"torch"`` (fp32, the default: the reference scores), ``"auto"`` (the fastest correct backend for
-        this machine; what to use when you do not care, see ``inference/BACKENDS.md``), ``"torch-bf16"``, ``"onnx"``
+        this machine; what to use when you do not care, see ``inference/BACKENDS.md``), ``"torch-bf16"``,
+        ``"torch-int8"`` (int8 encoder products, per-token scales: :mod:`as2hub.inference.int8`), ``"onnx"``
         (``quantize="int8"``, or ``"onnx-int8"``), ``"cuda-fp16"``, ``"cuda-bf16"``
         (:mod:`as2hub.inference.backends`). ``ranker.backend`` says which one runs.
 
@@ -261,6 +266,10 @@ class Ranker:
             'onnx-int8'
             >>> fast = Ranker.from_pretrained("path/to/ranker", backend="torch-bf16", torch_compile=True)  # doctest: +SKIP
             >>> fast = Ranker.from_pretrained("path/to/ranker", backend="torch-bf16", unpadded=True)  # doctest: +SKIP
+            >>> # one question per call on a CPU with VNNI and without AMX, the fastest (inference/BACKENDS.md):
+            >>> fast = Ranker.from_pretrained(  # doctest: +SKIP
+            ...     "path/to/ranker", backend="torch-int8", unpadded=True, torch_compile=True
+            ... )
         """
         for flag, value, why in (
             ("torch_compile", torch_compile, "ONNX Runtime optimizes its own graph"),

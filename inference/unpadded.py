@@ -12,7 +12,8 @@ projected queries, keys and values into the padded ``(batch, heads, length, head
 computes the first token of each pair only (its keys and values read every token), as
 :mod:`as2hub.modeling.first_token` does in the padded pass. The cascade's stages (``cascade_drop``) carry each
 survivor's real tokens from stage to stage and never re-pad them; compiled, each stage and its head are one graph
-(:func:`packed_stage`).
+(:func:`packed_stage`). With ``backend="torch-int8"`` (:mod:`as2hub.inference.int8`) each layer's queries, keys and
+values are one int8 product (:func:`packed_layer`), their input quantized once.
 
 The same weights give the same scores up to float rounding (``tests/test_unpadded_ranking.py``: fp32 within 1e-5 of
 the padded pass). Applies to as2hub's contextual and pairwise cross-encoders (BERT, RoBERTa, ELECTRA encoder layers)
@@ -160,6 +161,21 @@ def _attend_rows(qkv, plan: UnpaddedBatch, heads: int, head_size: int, dropout: 
     return rowwise_attention(qkv, plan.pattern, heads, scale)
 
 
+def packed_layer(layer, hidden: torch.Tensor, plan: UnpaddedBatch, attend) -> torch.Tensor:
+    """One encoder layer on the packed states: ``unpadded_layer``, or where the layer has the int8 backend's fused
+    product (``attention.self.packed_qkv``, :func:`~as2hub.inference.int8.quantize_encoder`) the same layer with the
+    queries, keys and values from that one product."""
+    attention = layer.attention.self
+    fused = getattr(attention, "packed_qkv", None)
+    if fused is None:
+        return unpadded_layer(layer, hidden, plan, attend)
+    heads, head_size = attention.num_attention_heads, attention.attention_head_size
+    scale = getattr(attention, "scaling", head_size**-0.5)
+    context = attend(fused(hidden), plan, heads, head_size, 0.0, scale)
+    attention_output = layer.attention.output(context, hidden)
+    return layer.output(layer.intermediate(attention_output), attention_output)
+
+
 @dataclass
 class PackedRows:
     """Where a batch's real tokens are: ``index`` (flat positions into the padded layout's ``batch * length``: the
@@ -204,7 +220,10 @@ def _first_token_layer(layer, hidden: torch.Tensor, plan: UnpaddedBatch, firsts:
     heads, head_size = attention.num_attention_heads, attention.attention_head_size
     first = hidden.index_select(0, firsts)  # (rows, hidden)
     query = attention.query(first)
-    keys_values = torch.cat([attention.key(hidden), attention.value(hidden)], dim=-1)
+    fused = getattr(attention, "packed_kv", None)  # the int8 backend's keys and values in one product
+    keys_values = (
+        fused(hidden) if fused is not None else torch.cat([attention.key(hidden), attention.value(hidden)], -1)
+    )
     scale = getattr(attention, "scaling", head_size**-0.5)
     context = first_token_attention(query, keys_values, plan.index, plan.pattern, heads, scale)
     return layer.feed_forward_chunk(layer.attention.output(context, first))
@@ -275,7 +294,7 @@ def packed_stage(
     # on the CPU attention row by row; on a GPU one call in the padded layout (a kernel launch per row would cost more)
     attend = _attend_rows if hidden.device.type == "cpu" else None
     for layer in layers[start : end - 1 if last else end]:
-        hidden = unpadded_layer(layer, hidden, plan, attend)
+        hidden = packed_layer(layer, hidden, plan, attend)
     if last:
         first = _first_token_layer(layers[end - 1], hidden, plan, firsts)
         return first, model.classify_hidden(first[:, None, :])

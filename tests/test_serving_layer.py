@@ -76,7 +76,7 @@ def test_the_serving_commands_stay_thin(command):
 # --------------------------------------------------------------------------------------------------------------------
 # One home per option: the commands' flags are the options' fields; ranges are checked where the options are made
 
-BACKENDS = ("auto", "torch", "torch-bf16", "onnx", "onnx-int8", "cuda-fp16", "cuda-bf16")
+BACKENDS = ("auto", "torch", "torch-bf16", "torch-int8", "onnx", "onnx-int8", "cuda-fp16", "cuda-bf16")
 # (default, choices) of every flag that is an option of the ranker (both commands), written out here: a default or a
 # choice written again in a command, or changed in one place only, fails
 RANKER_FLAGS = {

@@ -1,0 +1,170 @@
+"""``backend="torch-int8"``: the encoder's products on integers (:mod:`as2hub.inference.int8`).
+
+What is checked, and against what:
+- :class:`Int8Linear` computes the quantization its docstring states (7-bit weights per output channel, 8-bit
+  activations per token over a range that includes 0): against an independent float64 reference written here from
+  that statement, and within a stated bound of the fp32 product;
+- a row's output does not depend on the other rows of its batch (bit for bit), and a row of zeros gives the bias;
+- the ranker: scores within :data:`TORCH_INT8_TOLERANCE` of fp32 torch on the tiny spread models of ``test_backends``
+  (every backbone, contextual and pairwise, BERT-style and RoBERTa tokenizers), the unpadded pass the padded one's,
+  scores independent of the batch, the cascade; compiled (dynamo's graphs: built once, scores as eager; inductor:
+  the checkpoint path, fused kernels within float rounding);
+- the errors: a model without BERT-style encoder layers.
+"""
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from helpers import BACKBONES
+from test_backends import WEIGHT_STD, spread_tiny_ranker
+from test_cascade import CANDIDATES, CONTEXTS, QUESTION, cascade_model
+from test_compiled_ranking import assert_compiles_once_and_scores_as_eager, side_by_side
+from test_onnx_backend import score_all
+from test_unpadded_ranking import FP32_ABS
+
+from as2hub.inference.backends import BACKENDS
+from as2hub.inference.compiled import INT8_INDUCTOR, CompiledRankerModel
+from as2hub.inference.int8 import Int8Linear, Int8UnsupportedError, quantize_encoder
+from as2hub.inference.ranking import Ranker
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+
+# Largest |torch-int8 score - fp32 score| on the tiny spread models (weights std 0.2, scores spreading > 0.075, as for
+# the ONNX int8 graph in test_backends). The same quantization as that graph (test_onnx_backend.INT8_TOLERANCE,
+# 0.025: at most 0.0179 measured), with 7-bit weights so that every CPU kind computes the same integers.
+TORCH_INT8_TOLERANCE = 0.025
+BATCH_ABS = 1e-5  # a pair alone against the same pair in a batch
+# inductor's fused kernels against the eager int8 pass: the quantization's products run fused (multiply-adds), so a
+# value on a rounding boundary can take the next integer, one step of 1/255 of its token's range: 7.5e-4 measured on
+# a tiny model's score (AVX-512 EPYC, 2026-11-29), where fp32 kernels differ by 1e-5 (INDUCTOR_FP32_ABS).
+INDUCTOR_INT8_ABS = 5e-3
+
+
+def reference_int8_linear(x: np.ndarray, weight: np.ndarray, bias: np.ndarray) -> np.ndarray:
+    """The stated scheme in float64, written apart from the module: weights to integers in [-63, 63] with one scale per
+    output channel (max |w| / 63); each input row to integers in [0, 255] over [min(row, 0), max(row, 0)] with its
+    zero point; the integer product, then the scales."""
+    w_scale = np.abs(weight).max(axis=1) / 63.0
+    w_int = np.clip(np.round(weight / w_scale[:, None]), -63, 63)
+    low, high = np.minimum(x.min(axis=1), 0.0), np.maximum(x.max(axis=1), 0.0)
+    x_scale = (high - low) / 255.0
+    zero = np.round(-low / x_scale)
+    x_int = np.clip(np.round(x / x_scale[:, None]) + zero[:, None], 0, 255)
+    return ((x_int - zero[:, None]) @ w_int.T) * x_scale[:, None] * w_scale[None, :] + bias
+
+
+def test_int8_linear_is_the_stated_quantization():
+    generator = torch.Generator().manual_seed(0)
+    linear = torch.nn.Linear(96, 40)
+    x = torch.randn(7, 96, generator=generator) * torch.linspace(0.1, 5.0, 7)[:, None] + 0.3  # rows of other ranges
+    got = Int8Linear(linear)(x)
+    want = reference_int8_linear(
+        x.double().numpy(), linear.weight.detach().double().numpy(), linear.bias.detach().numpy()
+    )
+    # float32 against float64 on the same integers: rounding of the scales only
+    assert np.abs(got.numpy() - want).max() <= 1e-4 * np.abs(want).max()
+    # and the product itself: within 3% of the fp32 product's largest value (7-bit weights, 8-bit tokens; measured
+    # 1.0-1.1% at 384 inputs, 2026-11-29), where a wrong zero point or scale is off by the whole product
+    fp32 = linear(x).detach()
+    assert (got - fp32).abs().max() <= 0.03 * fp32.abs().max()
+    assert not torch.equal(got, fp32)
+
+
+def test_int8_linear_rows_do_not_depend_on_their_batch():
+    generator = torch.Generator().manual_seed(1)
+    layer = Int8Linear(torch.nn.Linear(64, 32), torch.nn.Linear(64, 16))  # two side by side: one product
+    assert layer.out_features == 48 and layer.in_features == 64
+    rows = torch.randn(9, 64, generator=generator) * torch.logspace(-2, 2, 9)[:, None]
+    together = layer(rows)
+    for i in range(len(rows)):
+        assert torch.equal(layer(rows[i : i + 1]), together[i : i + 1])
+    assert torch.equal(layer(rows.view(3, 3, 64)), together.view(3, 3, 48))  # leading dimensions are kept
+    zeros = layer(torch.zeros(2, 64))
+    assert torch.equal(zeros, layer.bias.expand(2, 48))
+
+
+def test_quantize_encoder_replaces_the_encoder_products_only(tokenizers):
+    model, _ = cascade_model(tokenizers, "bert", contextual=True)
+    depth = model.config.num_hidden_layers
+    assert quantize_encoder(model) == 6 * depth
+    assert sum(isinstance(m, Int8Linear) for m in model.modules()) == 8 * depth  # and the fused qkv and kv
+    assert all(type(head[-1] if isinstance(head, torch.nn.Sequential) else head) is not Int8Linear
+               for head in model.cascade_heads)  # fmt: skip
+    assert not any(isinstance(m, Int8Linear) for m in model.base_model.embeddings.modules())
+    assert not any("int8" in name or name.endswith("packed_qkv.weight") for name in model.state_dict())
+
+
+def test_quantize_encoder_refuses_a_model_without_bert_layers():
+    with pytest.raises(Int8UnsupportedError, match="needs a model with BERT-style encoder layers.*Linear has none"):
+        quantize_encoder(torch.nn.Linear(2, 2))
+
+
+@pytest.mark.parametrize("contextual", [True, False], ids=["contextual", "pairwise"])
+@pytest.mark.parametrize("backbone", sorted(BACKBONES))
+def test_torch_int8_scores_stay_within_tolerance(stock_checkpoint, tmp_path, backbone, contextual):
+    folder = spread_tiny_ranker(
+        stock_checkpoint, tmp_path, backbone, contextual, export=False, std=WEIGHT_STD["onnx-int8"], min_spread=0.075
+    )
+    expected = score_all(Ranker.from_pretrained(folder, batch_size=2))
+    assert expected.max() - expected.min() > 3 * TORCH_INT8_TOLERANCE, f"the scores do not spread: {expected}"
+    for unpadded in (False, True):
+        int8 = Ranker.from_pretrained(folder, backend="torch-int8", batch_size=2, unpadded=unpadded)
+        assert int8.backend == "torch-int8" and BACKENDS["torch-int8"] == ("torch", "int8")
+        assert next(int8.model.parameters()).dtype == torch.float32  # an fp32 model, int8 products
+        got = score_all(int8)
+        assert not torch.equal(got, expected)
+        assert (got - expected).abs().max().item() <= TORCH_INT8_TOLERANCE
+
+
+@pytest.mark.parametrize("backbone, contextual", [("bert", True), ("roberta", False), ("electra", True)])
+def test_torch_int8_unpadded_is_its_padded_pass_and_does_not_depend_on_the_batch(tokenizers, backbone, contextual):
+    model, tokenizer = cascade_model(tokenizers, backbone, contextual=contextual, layers=())
+    quantize_encoder(model)
+    contexts = CONTEXTS if contextual else None
+    padded = Ranker(model, tokenizer, batch_size=16)
+    packed = Ranker(model, tokenizer, unpadded=True)
+    questions = [QUESTION] * len(CANDIDATES)
+    want = padded.score_pairs(questions, CANDIDATES, contexts)
+    got = packed.score_pairs(questions, CANDIDATES, contexts)
+    # the same tokens get the same integers (per-token scales); only attention's sums run in another order
+    assert (got - want).abs().max() <= FP32_ABS and got.std() > 0.05
+    for i in (0, 3, len(CANDIDATES) - 1):  # alone, each pair scores as in the batch: the same integers, and fp32
+        # rounding of the float parts (the heads' products take other kernels for one row: 1.3e-6 measured, AVX-512
+        # EPYC, 2026-11-29); a scale shared by the batch moves these scores by 1e-3 or more
+        one = packed.score_pairs([QUESTION], [CANDIDATES[i]], contexts and [contexts[i]])
+        assert (one - got[i]).abs().max() <= BATCH_ABS
+        one = padded.score_pairs([QUESTION], [CANDIDATES[i]], contexts and [contexts[i]])
+        assert (one - want[i]).abs().max() <= BATCH_ABS
+
+
+def test_torch_int8_compiled_builds_once_and_scores_as_eager_with_the_cascade(tokenizers):
+    model, tokenizer = cascade_model(tokenizers, "bert", contextual=False)
+    quantize_encoder(model)
+    assert_compiles_once_and_scores_as_eager(model, tokenizer, unpadded=True)
+
+
+@pytest.mark.slow
+def test_from_pretrained_torch_int8_unpadded_compiled_inductor(tokenizers, tmp_path):
+    """The checkpoint path as the benchmark runs it: ``backend="torch-int8", unpadded=True, torch_compile=True``,
+    inductor's kernels (with :data:`INT8_INDUCTOR`) against the eager int8 pass, with the cascade."""
+    model, tokenizer = cascade_model(tokenizers, "roberta", contextual=True)
+    model.save_pretrained(tmp_path)
+    tokenizer.save_pretrained(tmp_path)
+    eager = Ranker.from_pretrained(str(tmp_path), backend="torch-int8", unpadded=True)
+    ranker = Ranker.from_pretrained(str(tmp_path), backend="torch-int8", unpadded=True, torch_compile=True)
+    assert isinstance(ranker.model, CompiledRankerModel) and ranker.model._inductor == INT8_INDUCTOR
+    for got_layers, want_layers, got, want in side_by_side(ranker, eager, (None, 0.3), contextual=True):
+        assert got_layers == want_layers
+        assert (got - want).abs().max() <= INDUCTOR_INT8_ABS
+
+
+def test_the_benchmark_compares_every_as2hub_run_with_fp32():
+    import bench_cascade
+
+    runs = [{"system": name} for name in ("as2hub torch-int8", "CrossEncoder torch @16", "CrossEncoder torch @8")]
+    assert bench_cascade.fp32_reference(runs)["system"] == "CrossEncoder torch @8"
+    assert bench_cascade.fp32_reference([*runs, {"system": "as2hub torch"}])["system"] == "as2hub torch"
+    assert bench_cascade.fp32_reference(runs[:1]) is None
