@@ -245,10 +245,11 @@ def make_systems(args, folders, data) -> dict:
         if f"cuda-{precision}" in args.backends:  # a GPU run: the peer on the GPU in the same precision
             peers[f"CrossEncoder cuda {precision}"] = (None, dtype, False, "cuda", f"cuda-{precision}")
     if args.torch_compile:  # what a sentence-transformers user can do: torch.compile the model inside (the same
-        # precisions as the as2hub torch backends compiled here)
+        # precisions as the as2hub torch backends compiled here, and bf16 on a bf16 CPU in any case: the peer's
+        # fastest torch precision there, so that a run of torch-int8 alone still meets it)
         peers.update({
             f"{name} compiled": (None, dtype, True, device, same) for name, (_, dtype, _, device, same)
-            in list(peers.items()) if same in args.backends
+            in list(peers.items()) if same in args.backends or same == "torch-bf16"
         })  # fmt: skip
     if optimum_available():
         peers["CrossEncoder ONNX int8"] = (PEER_INT8, None, False, "cpu", "onnx-int8")
@@ -288,6 +289,16 @@ def row_attention(mode):
         yield
     finally:
         unpadded.ROW_ATTENTION = saved
+
+
+def fp32_reference(runs: list[dict]) -> dict | None:
+    """The run every as2hub run's MAP is compared with (``change_vs_fp32``): the full fp32 model, as2hub's ``torch``
+    backend where it ran, else CrossEncoder's fp32 torch model at its smallest batch (the same weights, padded pairs)."""
+    by_name = {run["system"]: run for run in runs}
+    if "as2hub torch" in by_name:
+        return by_name["as2hub torch"]
+    peers = [run for run in runs if run["system"].startswith("CrossEncoder torch @")]
+    return min(peers, key=lambda run: int(run["system"].rsplit("@", 1)[1])) if peers else None
 
 
 def compile_peer(encoder) -> None:
@@ -388,7 +399,13 @@ def main(argv=None) -> dict:
     by_name = {run["system"]: run for run in runs}
     peers = [run for run in runs if run["library"] != "as2hub"]
     best_peer = max(peers, key=lambda r: r["pairs_per_s"])
+    fp32 = fp32_reference(runs)
     for run in runs:
+        if fp32 is not None and run["library"] == "as2hub" and run is not fp32:  # every as2hub run against fp32
+            run["fp32_reference"] = fp32["system"]
+            run["change_vs_fp32"] = paired_bootstrap_metrics(
+                per_q[run["system"]], per_q[fp32["system"]], METRICS, args.bootstrap
+            )
         run["vs_best_crossencoder"] = run["pairs_per_s"] / best_peer["pairs_per_s"]
         run["vs_best_crossencoder_each_repeat"] = vs_best_peer_each_repeat(run, peers)
         run["vs_same_backend_full"] = None
@@ -441,6 +458,7 @@ def main(argv=None) -> dict:
     rows = []
     for run in runs:
         change = run.get("change_vs_full", {})
+        to_fp32 = run.get("change_vs_fp32", {}).get("map")
         rows.append([
             run["system"], f"{run['pairs_per_s']:.1f}", f"{run['work']:.2f}",
             f"{run['vs_same_backend_full']:.2f}x" if run["vs_same_backend_full"] else "", f"{run['vs_best_crossencoder']:.2f}x",
@@ -450,6 +468,7 @@ def main(argv=None) -> dict:
             if change else "",
             f"{change['p@1']['diff']:+.4f} [{change['p@1']['ci95'][0]:+.4f}, {change['p@1']['ci95'][1]:+.4f}]"
             if change else "",
+            f"{to_fp32['diff']:+.4f} [{to_fp32['ci95'][0]:+.4f}, {to_fp32['ci95'][1]:+.4f}]" if to_fp32 else "",
         ])  # fmt: skip
     print(f"\nRanking {len(data)} clean WikiQA test questions ({num_pairs} pairs), mode {args.mode}, "
           f"{args.threads} thread(s), best of {args.repeats}; model {source} (cascade heads after layers "
@@ -465,6 +484,7 @@ def main(argv=None) -> dict:
         "P@1",
         "ΔMAP vs full [95%]",
         "ΔP@1 [95%]",
+        "ΔMAP vs fp32 [95%]",
     ]
     print(format_table(headers, rows))
     machine = report["machine"]
