@@ -182,8 +182,9 @@ class Ranker:
     thread; full batches on a GPU); ``float("inf")`` gives plain batches of ``batch_size`` sorted pairs. Scores do not
     depend on it beyond float rounding (ONNX int8: within 3e-5, fp32 within 1e-6, on WikiQA; ``torch-int8`` within 6e-8
     with ``unpadded=True`` and 2.2e-3 padded, where attention's rounding over another padded length can move a value
-    across a boundary of its token's integers; bf16 within 4.4e-3, its own batch dependence). ``max_length`` (tokens per input, longer ones truncated): ``None`` takes the one the model
-    was trained with (its config's ``as2hub_max_length``, written by ``run_as2.py``), else ``modeling/folders.py``'s ``DEFAULT_MAX_LENGTH``
+    across a boundary of its token's integers; bf16 within 4.4e-3, its own batch dependence). ``max_length`` (tokens
+    per input, longer ones truncated): ``None`` takes the one the model was trained with (its config's
+    ``as2hub_max_length``, written by ``run_as2.py``), else ``modeling/folders.py``'s ``DEFAULT_MAX_LENGTH``
     (:func:`~as2hub.modeling.folders.ranking_max_length`).
 
     ``unpadded=True`` (a torch backend; :mod:`as2hub.inference.unpadded`) computes the encoder's dense layers on the

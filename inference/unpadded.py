@@ -164,10 +164,10 @@ def _attend_rows(qkv, plan: UnpaddedBatch, heads: int, head_size: int, dropout: 
 def packed_layer(layer, hidden: torch.Tensor, plan: UnpaddedBatch, attend) -> torch.Tensor:
     """One encoder layer on the packed states: ``unpadded_layer``, or where the layer has the int8 backend's fused
     product (``attention.self.packed_qkv``, :func:`~as2hub.inference.int8.quantize_encoder`) the same layer with the
-    queries, keys and values from that one product."""
+    queries, keys and values from that one product (on the CPU, where ``attend`` attends row by row)."""
     attention = layer.attention.self
     fused = getattr(attention, "packed_qkv", None)
-    if fused is None:
+    if fused is None or attend is None:
         return unpadded_layer(layer, hidden, plan, attend)
     heads, head_size = attention.num_attention_heads, attention.attention_head_size
     scale = getattr(attention, "scaling", head_size**-0.5)

@@ -36,7 +36,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 # the ONNX int8 graph in test_backends). The same quantization as that graph (test_onnx_backend.INT8_TOLERANCE,
 # 0.025: at most 0.0179 measured), with 7-bit weights so that every CPU kind computes the same integers.
 TORCH_INT8_TOLERANCE = 0.025
-BATCH_ABS = 1e-5  # a pair alone against the same pair in a batch
+# A pair alone against the same pair in its batch (the three models below, every candidate). Per-token scales give the
+# same integers, but fp32 rounding of the float parts differs with the batch's shape and can move a value across a
+# rounding boundary: at most 3.5e-5 measured (1 and 2 threads, AVX-512 EPYC, 2026-11-29). One scale per batch instead
+# moves these scores by 0.08-0.23 (the same models, measured by swapping quantize_tokens for a per-tensor version).
+BATCH_ABS = 1e-3
 # inductor's fused kernels against the eager int8 pass: the quantization's products run fused (multiply-adds), so a
 # value on a rounding boundary can take the next integer, one step of 1/255 of its token's range: 7.5e-4 measured on
 # a tiny model's score (AVX-512 EPYC, 2026-11-29), where fp32 kernels differ by 1e-5 (INDUCTOR_FP32_ABS).
@@ -131,9 +135,7 @@ def test_torch_int8_unpadded_is_its_padded_pass_and_does_not_depend_on_the_batch
     got = packed.score_pairs(questions, CANDIDATES, contexts)
     # the same tokens get the same integers (per-token scales); only attention's sums run in another order
     assert (got - want).abs().max() <= FP32_ABS and got.std() > 0.05
-    for i in (0, 3, len(CANDIDATES) - 1):  # alone, each pair scores as in the batch: the same integers, and fp32
-        # rounding of the float parts (the heads' products take other kernels for one row: 1.3e-6 measured, AVX-512
-        # EPYC, 2026-11-29); a scale shared by the batch moves these scores by 1e-3 or more
+    for i in range(len(CANDIDATES)):  # alone, each pair scores as in the batch (BATCH_ABS)
         one = packed.score_pairs([QUESTION], [CANDIDATES[i]], contexts and [contexts[i]])
         assert (one - got[i]).abs().max() <= BATCH_ABS
         one = padded.score_pairs([QUESTION], [CANDIDATES[i]], contexts and [contexts[i]])
