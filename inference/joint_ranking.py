@@ -75,7 +75,7 @@ class JointRanker:
         """Load a saved joint folder (and a pairwise folder, or a :class:`Ranker`, for the cascade).
 
         ``backend`` takes the names of :meth:`Ranker.from_pretrained` (``"torch"``, ``"auto"``, ``"torch-bf16"``,
-        ``"onnx"`` with ``quantize="int8"`` or ``"onnx-int8"``, ``"cuda-fp16"``, ``"cuda-bf16"``); ``"onnx"`` scores
+        ``"torch-int8"``, ``"onnx"`` with ``quantize="int8"`` or ``"onnx-int8"``, ``"cuda-fp16"``, ``"cuda-bf16"``); ``"onnx"`` scores
         with the graph written by ``as2hub-export-onnx PATH [--quantize int8]``. A pairwise folder given by path is
         loaded with the same backend options (with ``"auto"``, each stage picks for itself: a stage without an exported
         graph falls back without stopping the other).
