@@ -189,17 +189,19 @@ class CompiledRankerModel:
             return self.module.cascade_embed(**batch)
         return self._stage("cascade_embed", **batch)
 
-    def packed_stage(self, hidden, index, firsts, pattern, start: int, end: int, head: int):
+    def packed_stage(self, hidden, index, firsts, pattern, start: int, end: int, head: int, rows_kernel: bool = False):
         """:func:`~as2hub.inference.unpadded.packed_stage` of the model (a stage of the unpadded pass and its head),
         compiled."""
         with self._running(), _outside_output_capture():
-            return self._packed_stage(hidden, index, firsts, pattern, start, end, head)
+            return self._packed_stage(hidden, index, firsts, pattern, start, end, head, rows_kernel)
 
-    def embedded_stage(self, batch: dict, positions, index, firsts, pattern, end: int, head: int):
+    def embedded_stage(
+        self, batch: dict, positions, index, firsts, pattern, end: int, head: int, rows_kernel: bool = False
+    ):
         """:func:`~as2hub.inference.unpadded.embedded_stage` of the model (the unpadded pass's first stage from the
         padded token batch, the embeddings in the same graph), compiled."""
         with self._running(), _outside_output_capture():
-            return self._embedded_stage(batch, positions, index, firsts, pattern, end, head)
+            return self._embedded_stage(batch, positions, index, firsts, pattern, end, head, rows_kernel)
 
     def cascade_encode(self, hidden, attention_mask, start: int, end: int):
         last = end == self.config.num_hidden_layers  # the final stage: its last layer for the first token only

@@ -27,8 +27,18 @@ Example:
     >>> ranker.rank("who wrote hamlet?", ["Hamlet is a tragedy.", "Shakespeare wrote it."])  # doctest: +SKIP
 """
 
+import ctypes
+import logging
+from functools import lru_cache
+from pathlib import Path
+
 import torch
 from torch import nn
+from transformers.activations import GELUActivation
+
+from as2hub.inference import small_attention
+
+logger = logging.getLogger("as2hub.backends")
 
 WEIGHT_LEVELS = 63  # 7-bit weights: -63 .. 63
 ACTIVATION_LEVELS = 255  # 8-bit activations: 0 .. 255 per token, shifted to int8 for the product
@@ -84,11 +94,17 @@ class Int8Linear(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         shape = x.shape
         codes, scale, zero = quantize_tokens(x.reshape(-1, shape[-1]).float())
-        total = torch._int_mm(codes, self.weight.t()).float()
-        out = (total + (128.0 - zero)[:, None] * self.weight_sum) * (scale[:, None] * self.weight_scale)
-        if self.bias is not None:
-            out = out + self.bias
+        out = self.rescale(self.product(codes), scale, zero)
         return out.reshape(*shape[:-1], self.out_features)
+
+    def product(self, codes: torch.Tensor) -> torch.Tensor:
+        """The int32 products of ``(tokens, in)`` int8 codes (:func:`quantize_tokens`') with the weights."""
+        return torch._int_mm(codes, self.weight.t())
+
+    def rescale(self, total: torch.Tensor, scale: torch.Tensor, zero: torch.Tensor) -> torch.Tensor:
+        """:meth:`product`'s integers as fp32 outputs, bias added, given the codes' per-token ``scale`` and ``zero``."""
+        out = (total.float() + (128.0 - zero)[:, None] * self.weight_sum) * (scale[:, None] * self.weight_scale)
+        return out + self.bias if self.bias is not None else out
 
     def extra_repr(self) -> str:
         return f"in_features={self.in_features}, out_features={self.out_features}, int8 (7-bit weights, per token)"
@@ -124,4 +140,215 @@ def quantize_encoder(model: nn.Module) -> int:
             if type(getattr(parent, name, None)) is nn.Linear:
                 setattr(parent, name, Int8Linear(getattr(parent, name)))
                 count += 1
+        layer.int8_rows = _rows_layout(layer)
     return count
+
+
+def _rows_layout(layer: nn.Module) -> bool:
+    """The layer's products are all int8 with biases, its activation the exact GELU, its norms affine."""
+    attention = layer.attention.self
+    products = [getattr(attention, "packed_qkv", None), getattr(attention, "packed_kv", None), attention.query]
+    products += [layer.attention.output.dense, layer.intermediate.dense, layer.output.dense]
+    norms = [getattr(block, "LayerNorm", None) for block in (layer.attention.output, layer.output)]
+    activation = getattr(layer.intermediate, "intermediate_act_fn", None)
+    return (
+        all(type(product) is Int8Linear and product.bias is not None for product in products)
+        and all(type(norm) is nn.LayerNorm and norm.weight is not None and norm.bias is not None for norm in norms)
+        and (type(activation) is GELUActivation or activation is nn.functional.gelu)
+    )
+
+
+# The feed-forward step between the two int8 products (rescale, GELU, quantize each row again): "auto" (the C kernel
+# of int8_rows.c with one torch thread where it builds, else torch's operations), "kernel" (always the C kernel: an
+# error where it cannot run), "torch". Read at every call, also inside compiled passes (a custom operator).
+ROWS_SOURCE = Path(__file__).with_name("int8_rows.c")
+FEED_FORWARD_KERNELS = ("auto", "kernel", "torch")
+FEED_FORWARD_KERNEL = "auto"
+_ROWS = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64] + [ctypes.c_void_p] * 5  # total, rows, cols, ... bias
+_ARGTYPES = {
+    "as2hub_requantize": [*_ROWS, ctypes.c_int] + [ctypes.c_void_p] * 3,
+    "as2hub_rescale_norm": [*_ROWS] + [ctypes.c_void_p] * 3 + [ctypes.c_float] + [ctypes.c_void_p] * 4,
+}
+
+
+@lru_cache(maxsize=1)
+def rows_library() -> ctypes.CDLL | None:
+    """``int8_rows.c`` built for this machine (:func:`as2hub.inference.small_attention.build`: once, cached) and loaded;
+    ``None``, with a warning saying why, where it cannot be."""
+    try:
+        lib = ctypes.CDLL(str(small_attention.build(source=ROWS_SOURCE)))
+    except (small_attention.SmallAttentionError, OSError) as error:
+        logger.warning("int8_rows: unavailable, torch-int8 keeps torch's operations between its products (%s)", error)
+        return None
+    for name, argtypes in _ARGTYPES.items():
+        getattr(lib, name).restype, getattr(lib, name).argtypes = ctypes.c_int, argtypes
+    return lib
+
+
+def use_rows_kernel() -> bool:
+    """Whether :func:`gelu_requantize` and :func:`rescale_norm` run the C kernel now (:data:`FEED_FORWARD_KERNEL`)."""
+    if FEED_FORWARD_KERNEL not in FEED_FORWARD_KERNELS:
+        raise ValueError(
+            f"int8.FEED_FORWARD_KERNEL is {FEED_FORWARD_KERNEL!r}: one of {', '.join(FEED_FORWARD_KERNELS)}"
+        )
+    if FEED_FORWARD_KERNEL == "auto":
+        return torch.get_num_threads() == 1 and rows_library() is not None
+    return FEED_FORWARD_KERNEL == "kernel"
+
+
+def _kernel() -> ctypes.CDLL:
+    lib = rows_library()
+    if lib is None:
+        raise small_attention.SmallAttentionError("the int8_rows kernel is unavailable here (the log says why)")
+    return lib
+
+
+def _check(status: int) -> None:
+    if status:
+        raise small_attention.SmallAttentionError(f"int8_rows failed ({'out of memory' if status == 1 else status})")
+
+
+@torch.library.custom_op("as2hub::gelu_requantize", mutates_args=())
+def gelu_requantize(
+    total: torch.Tensor,
+    scale: torch.Tensor,
+    zero: torch.Tensor,
+    weight_sum: torch.Tensor,
+    weight_scale: torch.Tensor,
+    bias: torch.Tensor,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The step between an :class:`Int8Linear`'s int32 products (``total``, ``(tokens, out)``; its input's per-token
+    ``scale`` and ``zero``; the layer's ``weight_sum``, ``weight_scale`` and ``bias``) and the next int8 product: the
+    rescaled fp32 outputs through GELU, quantized per token (:func:`quantize_tokens`): ``(codes, scale, zero)``.
+
+    With one torch thread on the CPU one call of ``int8_rows.c`` (:data:`FEED_FORWARD_KERNEL`), a row at a time:
+    inductor's fused kernel read and wrote the ``(tokens, 1536)`` matrix three times and spent 60% of its time in GELU
+    (its erf); the kernel's GELU is exact to 4.4e-7 (its file says how). Else :meth:`Int8Linear.rescale`, GELU and
+    :func:`quantize_tokens` in torch."""
+    if total.device.type == "cpu" and use_rows_kernel():
+        lib = _kernel()
+        tokens, width = total.shape
+        total, scale, zero = total.contiguous(), scale.float().contiguous(), zero.float().contiguous()
+        codes = total.new_empty((tokens, width), dtype=torch.int8)
+        out_scale, out_zero = scale.new_empty(tokens), scale.new_empty(tokens)
+        parameters = [t.float().contiguous() for t in (weight_sum, weight_scale, bias)]
+        status = lib.as2hub_requantize(
+            total.data_ptr(), tokens, width, scale.data_ptr(), zero.data_ptr(), *(t.data_ptr() for t in parameters),
+            1, codes.data_ptr(), out_scale.data_ptr(), out_zero.data_ptr()
+        )  # fmt: skip
+        _check(status)
+        return codes, out_scale, out_zero
+    out = (total.float() + (128.0 - zero)[:, None] * weight_sum) * (scale[:, None] * weight_scale) + bias
+    return quantize_tokens(nn.functional.gelu(out))
+
+
+@gelu_requantize.register_fake
+def _(total, scale, zero, weight_sum, weight_scale, bias):
+    tokens = total.shape[0]
+    return total.new_empty(total.shape, dtype=torch.int8), scale.new_empty(tokens), scale.new_empty(tokens)
+
+
+@torch.library.custom_op("as2hub::rescale_norm", mutates_args=())
+def rescale_norm(
+    total: torch.Tensor,
+    scale: torch.Tensor,
+    zero: torch.Tensor,
+    weight_sum: torch.Tensor,
+    weight_scale: torch.Tensor,
+    bias: torch.Tensor,
+    residual: torch.Tensor,
+    norm_weight: torch.Tensor,
+    norm_bias: torch.Tensor,
+    eps: float,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The end of a BERT-style attention or feed-forward block after its :class:`Int8Linear` product (``total`` and
+    the layer's tensors as in :func:`gelu_requantize`): the rescaled outputs plus ``residual`` through the layer norm
+    (``norm_weight``, ``norm_bias``, ``eps``), and those states quantized per token for the next product:
+    ``(states, codes, scale, zero)``. With one torch thread on the CPU one call of ``int8_rows.c``, a row at a time;
+    else torch's operations."""
+    if total.device.type == "cpu" and use_rows_kernel():
+        lib = _kernel()
+        tokens, width = total.shape
+        total, scale, zero, residual = (
+            total.contiguous(),
+            scale.float().contiguous(),
+            zero.float().contiguous(),
+            residual.float().contiguous(),
+        )
+        parameters = [t.float().contiguous() for t in (weight_sum, weight_scale, bias, norm_weight, norm_bias)]
+        states = residual.new_empty((tokens, width))
+        codes = total.new_empty((tokens, width), dtype=torch.int8)
+        out_scale, out_zero = scale.new_empty(tokens), scale.new_empty(tokens)
+        status = lib.as2hub_rescale_norm(
+            total.data_ptr(), tokens, width, scale.data_ptr(), zero.data_ptr(), *(t.data_ptr() for t in parameters[:3]),
+            residual.data_ptr(), *(t.data_ptr() for t in parameters[3:]), eps, states.data_ptr(), codes.data_ptr(),
+            out_scale.data_ptr(), out_zero.data_ptr()
+        )  # fmt: skip
+        _check(status)
+        return states, codes, out_scale, out_zero
+    out = (total.float() + (128.0 - zero)[:, None] * weight_sum) * (scale[:, None] * weight_scale) + bias
+    states = nn.functional.layer_norm(out + residual, (out.shape[1],), norm_weight, norm_bias, eps)
+    return states, *quantize_tokens(states)
+
+
+@rescale_norm.register_fake
+def _(total, scale, zero, weight_sum, weight_scale, bias, residual, norm_weight, norm_bias, eps):
+    tokens = total.shape[0]
+    codes = total.new_empty(total.shape, dtype=torch.int8)
+    return residual.new_empty(total.shape), codes, scale.new_empty(tokens), scale.new_empty(tokens)
+
+
+Quantized = tuple[torch.Tensor, torch.Tensor, torch.Tensor]  # (codes, scale, zero): quantize_tokens' result
+
+
+def rows_ready(layer: nn.Module) -> bool:
+    """Whether :func:`quantized_layer` computes this encoder layer: it went through :func:`quantize_encoder` with every
+    product int8 and biased, an exact GELU and affine layer norms (BERT, RoBERTa, ELECTRA)."""
+    return getattr(layer, "int8_rows", False)
+
+
+def _norm_block(block: nn.Module, quantized: Quantized, residual: torch.Tensor) -> tuple[torch.Tensor, Quantized]:
+    dense, norm = block.dense, block.LayerNorm
+    total = dense.product(quantized[0])
+    states, *codes = rescale_norm(
+        total, quantized[1], quantized[2], dense.weight_sum, dense.weight_scale, dense.bias, residual, norm.weight,
+        norm.bias, norm.eps
+    )  # fmt: skip
+    return states, tuple(codes)
+
+
+def _feed_forward(layer: nn.Module, hidden: torch.Tensor, quantized: Quantized) -> tuple[torch.Tensor, Quantized]:
+    inner = layer.intermediate.dense
+    codes = gelu_requantize(
+        inner.product(quantized[0]), *quantized[1:], inner.weight_sum, inner.weight_scale, inner.bias
+    )
+    return _norm_block(layer.output, codes, hidden)
+
+
+def quantized_layer(
+    layer: nn.Module, hidden: torch.Tensor, quantized: Quantized, attend
+) -> tuple[torch.Tensor, Quantized]:
+    """One encoder layer (:func:`rows_ready`) on packed ``(tokens, hidden)`` states and their int8 codes
+    (``quantized``, :func:`quantize_tokens`'): the next states and their codes. ``attend(qkv)``: the attention of the
+    ``(tokens, 3 * hidden)`` queries, keys and values (the unpadded pass's, row by row). Between the products, each
+    step is one row-at-a-time call where the C kernel runs (:func:`rescale_norm`, :func:`gelu_requantize`): a layer's
+    states are quantized once, for all the products that read them."""
+    fused = layer.attention.self.packed_qkv
+    context = attend(fused.rescale(fused.product(quantized[0]), *quantized[1:]))
+    hidden, quantized = _norm_block(layer.attention.output, quantize_tokens(context), hidden)
+    return _feed_forward(layer, hidden, quantized)
+
+
+def quantized_first_tokens(
+    layer: nn.Module, hidden: torch.Tensor, quantized: Quantized, firsts: torch.Tensor, attend
+) -> torch.Tensor:
+    """The last layer (:func:`rows_ready`) at each row's first token (``firsts``: their positions in the packed
+    states): its fp32 ``(rows, hidden)`` output. ``attend(query, keys_values)``: the first tokens' attention over
+    their rows."""
+    attention = layer.attention.self
+    pairs, query = attention.packed_kv, attention.query
+    keys_values = pairs.rescale(pairs.product(quantized[0]), *quantized[1:])
+    first = tuple(part.index_select(0, firsts) for part in quantized)
+    context = attend(query.rescale(query.product(first[0]), *first[1:]), keys_values)
+    states, quantized = _norm_block(layer.attention.output, quantize_tokens(context), hidden.index_select(0, firsts))
+    return _feed_forward(layer, states, quantized)[0]

@@ -77,30 +77,33 @@ def _compiler_version(cc: str) -> str:
     return (done.stdout or done.stderr).strip().splitlines()[0] if (done.stdout or done.stderr).strip() else "unknown"
 
 
-def build(cc: str | None = None, directory: Path | None = None, flags: tuple[str, ...] = FLAGS) -> Path:
-    """Compile ``small_attention.c`` for this machine (or return the library already built): its path. ``flags``: the
-    compiler's (default :data:`FLAGS`; e.g. ``-march=x86-64-v3`` for AVX2 only). Raises :class:`SmallAttentionError`
-    naming the compiler and its message when there is none or it fails."""
+def build(
+    cc: str | None = None, directory: Path | None = None, flags: tuple[str, ...] = FLAGS, source: Path = SOURCE
+) -> Path:
+    """Compile ``small_attention.c`` (or another of as2hub's C files, ``source``: :mod:`as2hub.inference.int8`'s) for
+    this machine, or return the library already built: its path. ``flags``: the compiler's (default :data:`FLAGS`;
+    e.g. ``-march=x86-64-v3`` for AVX2 only). Raises :class:`SmallAttentionError` naming the compiler and its message
+    when there is none or it fails."""
     cc = cc or compiler()
     if not cc:
         raise SmallAttentionError("no C compiler found (set $CC, or install cc, gcc or clang)")
-    source = SOURCE.read_bytes()
+    code = Path(source).read_bytes()
     cpu = cpu_features()
     key = hashlib.sha256(
         b"\0".join(
-            [source, cc.encode(), _compiler_version(cc).encode(), " ".join(flags).encode(), cpu.model.encode()]
+            [code, cc.encode(), _compiler_version(cc).encode(), " ".join(flags).encode(), cpu.model.encode()]
             + [" ".join(sorted(cpu.flags)).encode()]
         )
     ).hexdigest()[:16]
     directory = Path(directory or cache_dir())
-    target = directory / f"small_attention_{key}.so"
+    target = directory / f"{Path(source).stem}_{key}.so"
     if target.exists():
         return target
     directory.mkdir(parents=True, exist_ok=True)
-    handle, partial = tempfile.mkstemp(prefix=".small_attention_", suffix=".so", dir=directory)
+    handle, partial = tempfile.mkstemp(prefix=f".{Path(source).stem}_", suffix=".so", dir=directory)
     os.close(handle)
     try:
-        done = subprocess.run([cc, *flags, "-o", partial, str(SOURCE)], capture_output=True, text=True, timeout=300)
+        done = subprocess.run([cc, *flags, "-o", partial, str(source)], capture_output=True, text=True, timeout=300)
     except (OSError, subprocess.SubprocessError) as error:
         os.unlink(partial)
         raise SmallAttentionError(f"the C compiler {cc!r} could not run: {error}") from error
@@ -108,10 +111,10 @@ def build(cc: str | None = None, directory: Path | None = None, flags: tuple[str
         os.unlink(partial)
         message = (done.stderr or done.stdout).strip().splitlines()
         raise SmallAttentionError(
-            f"the C compiler {cc!r} failed on {SOURCE.name} (exit {done.returncode}): {' | '.join(message[-3:])}"
+            f"the C compiler {cc!r} failed on {Path(source).name} (exit {done.returncode}): {' | '.join(message[-3:])}"
         )
     os.replace(partial, target)
-    logger.info("small_attention: built %s with %s", target, cc)
+    logger.info("built %s with %s", target, cc)
     return target
 
 

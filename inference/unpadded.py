@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 import torch
 
-from as2hub.inference import small_attention
+from as2hub.inference import int8, small_attention
 from as2hub.inference.cascade import cascade_layers
 from as2hub.modeling.first_token import last_bert_layer
 from as2hub.modeling.ssp_pretraining.unpadding import UnpaddedBatch, scatter_rows, unpadded_layer
@@ -261,11 +261,12 @@ def embedded_stage(
     pattern: torch.Tensor,
     end: int,
     head: int,
+    rows_kernel: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The first stage from the padded token batch: :func:`packed_embeddings` then :func:`packed_stage` from layer 0,
     one function, so that a compiled pass is one call (one graph) per batch."""
     hidden = packed_embeddings(model, batch, positions)
-    return packed_stage(model, hidden, index, firsts, pattern, 0, end, head)
+    return packed_stage(model, hidden, index, firsts, pattern, 0, end, head, rows_kernel)
 
 
 def packed_stage(
@@ -277,6 +278,7 @@ def packed_stage(
     start: int,
     end: int,
     head: int,
+    rows_kernel: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Encoder layers ``start`` .. ``end - 1`` of ``model`` on the packed ``(tokens, hidden)`` states, and the head that
     reads them: ``(states, logits)``.
@@ -286,13 +288,16 @@ def packed_stage(
     else cascade head ``head`` reads each row's first token. Every argument is a tensor or an int, so that
     ``torch.compile`` traces it with dynamic token and row counts (:mod:`as2hub.inference.compiled`), a stage and its
     head as one graph (one call, not two: each compiled call costs about 0.3 ms of dynamo's wrapper and guards, AMX
-    Xeon)."""
+    Xeon). ``rows_kernel``: int8 layers (``backend="torch-int8"``) run :func:`~as2hub.inference.int8.quantized_layer`
+    (:func:`use_int8_rows`: one torch thread and the C kernel built; the caller decides, outside a compiled graph)."""
     layers = model.base_model.encoder.layer
     batch, length = pattern.shape[0], pattern.shape[-1]
     plan = UnpaddedBatch(index, batch, length, pattern)
     last = end == len(layers)
     # on the CPU attention row by row; on a GPU one call in the padded layout (a kernel launch per row would cost more)
     attend = _attend_rows if hidden.device.type == "cpu" else None
+    if rows_kernel and attend is not None and end > start and all(map(int8.rows_ready, layers[start:end])):
+        return _quantized_stage(model, layers[start:end], hidden, plan, firsts, last, head)
     for layer in layers[start : end - 1 if last else end]:
         hidden = packed_layer(layer, hidden, plan, attend)
     if last:
@@ -301,9 +306,50 @@ def packed_stage(
     return hidden, model.cascade_head_logits(head, hidden.index_select(0, firsts)[:, None, :])
 
 
+def _quantized_stage(model, layers, hidden, plan: UnpaddedBatch, firsts, last: bool, head: int):
+    """:func:`packed_stage` of int8 layers (:func:`~as2hub.inference.int8.quantized_layer`): the states quantized once
+    here, then each layer hands the next its states and their codes."""
+    attention = layers[0].attention.self
+    heads, head_size = attention.num_attention_heads, attention.attention_head_size
+    scale = getattr(attention, "scaling", head_size**-0.5)
+    quantized = int8.quantize_tokens(hidden)
+    for layer in layers[:-1] if last else layers:
+        hidden, quantized = int8.quantized_layer(
+            layer, hidden, quantized, lambda qkv: rowwise_attention(qkv, plan.pattern, heads, scale)
+        )
+    if last:
+
+        def attend(query, keys_values):
+            return first_token_attention(query, keys_values, plan.index, plan.pattern, heads, scale)
+
+        first = int8.quantized_first_tokens(layers[-1], hidden, quantized, firsts, attend)
+        return first, model.classify_hidden(first[:, None, :])
+    return hidden, model.cascade_head_logits(head, hidden.index_select(0, firsts)[:, None, :])
+
+
+def use_int8_rows(model, device) -> bool:
+    """Whether the unpadded pass runs ``model``'s int8 layers through :func:`~as2hub.inference.int8.quantized_layer`:
+    they are int8 (:func:`~as2hub.inference.int8.rows_ready`), on the CPU, and its C kernel runs now
+    (:func:`~as2hub.inference.int8.use_rows_kernel`: one torch thread; with more, inductor's fused kernels run in
+    parallel and were faster: 2 threads, 411 against 253 pairs/s, AVX-512 EPYC, 2026-11-30). Decided at each call,
+    outside the compiled graph (a thread count read inside would break it): a compiled ranker keeps a graph per
+    answer."""
+    layers = getattr(model, "module", model).base_model.encoder.layer
+    return torch.device(device).type == "cpu" and int8.rows_ready(layers[0]) and int8.use_rows_kernel()
+
+
 def run_stage(model, hidden: torch.Tensor, packing: PackedRows, start: int, end: int, head: int = 0):
     """:func:`packed_stage` through ``model.packed_stage`` where the model has one (the compiled ranker's)."""
-    arguments = (hidden, packing.index, packing.firsts, packing.pattern, start, end, head)
+    arguments = (
+        hidden,
+        packing.index,
+        packing.firsts,
+        packing.pattern,
+        start,
+        end,
+        head,
+        use_int8_rows(model, hidden.device),
+    )
     own = getattr(model, "packed_stage", None)
     return own(*arguments) if own is not None else packed_stage(model, *arguments)
 
@@ -314,6 +360,7 @@ def run_first_stage(model, batch: dict, end: int, head: int = 0) -> tuple[torch.
     batch = {key: value.to(model.device) for key, value in batch.items()}
     positions, packing = packing_of(batch)
     arguments = (batch, positions, packing.index, packing.firsts, packing.pattern, end, head)
+    arguments += (use_int8_rows(model, positions.device),)
     own = getattr(model, "embedded_stage", None)
     states, logits = own(*arguments) if own is not None else embedded_stage(model, *arguments)
     return states, logits, packing

@@ -1,0 +1,192 @@
+/* The feed-forward step between the two int8 products of the torch-int8 backend (inference/int8.py builds this file
+ * with the machine's C compiler and -march=native through inference/small_attention.py's build, and calls it through
+ * ctypes).
+ *
+ * Input: the int32 products of a (rows, k) int8 matrix, each row quantized over its own range (scale s, zero point z,
+ * codes shifted by -128), with 7-bit int8 weights (per output column: scale w, sum of the column's weights u). Each
+ * output is rescaled to fp32, value = (total + (128 - z) * u) * (s * w) + bias, passed through GELU, and each row is
+ * quantized again to 8 bits over its own range, which includes 0 (inference/int8.py's quantize_tokens):
+ *   low = min(row, 0), high = max(row, 0), scale = max((high - low) / 255, 1e-12), zero = rint(-low / scale),
+ *   code = clamp(rint(value / scale) + zero, 0, 255) - 128.
+ * One row at a time, its values held in a row buffer (L1), so the row is read once from the product and written once
+ * as int8: inductor's fused kernel made three passes over the (rows, 1536) matrix, and its GELU took 60% of the time.
+ *
+ * GELU(x) = x / 2 * (1 + erf(x / sqrt(2))), erf from a rational function fitted for this file (least squares on
+ * Chebyshev nodes, reweighted): erf(t) ~ t * P(t^2) / Q(t^2) for |t| <= 4 (beyond, +-1 to float precision), P of
+ * degree 6 and Q of degree 4; largest error 5.8e-8 in exact arithmetic, 4.4e-7 evaluated in float (PyTorch's
+ * vectorized erf: 1.5e-7). An 8-bit step of a GELU row is about 1e-2.
+ *
+ * Entry point: int as2hub_requantize(total, rows, cols, row_scale, row_zero, col_sum, col_scale, bias, gelu, codes,
+ *                                    out_scale, out_zero); returns 0, or 1 when out of memory. bias may be NULL;
+ * gelu = 0 skips GELU.
+ */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* LANES floats per vector: one AVX-512 register where the compiler targets AVX-512, else one AVX2 register */
+#if defined(__AVX512F__)
+#define LANES 16
+#else
+#define LANES 8
+#endif
+typedef float vecf __attribute__((vector_size(LANES * 4)));
+typedef int32_t veci __attribute__((vector_size(LANES * 4)));
+
+static const float ERF_P[7] = {
+    1.1283787488937378e+00f, 2.1377950906753540e-01f, 5.2411314100027084e-02f, 4.2836773209273815e-03f,
+    1.5512481331825256e-04f, -1.9850717762892600e-06f, 1.9160303565968206e-08f,
+};
+static const float ERF_Q[5] = {
+    1.0000000000000000e+00f, 5.2278506755828857e-01f, 1.2073050439357758e-01f, 1.5535375103354454e-02f,
+    1.0951043805107474e-03f,
+};
+
+static inline vecf splat(float x) { return (vecf){} + x; }
+static inline vecf select_v(veci mask, vecf a, vecf b) { return (vecf)(((veci)a & mask) | ((veci)b & ~mask)); }
+
+/* the same function on LANES values (vector extensions: GCC and Clang) and on one (the row's tail) */
+static inline vecf gelu_v(vecf x) {
+    vecf t = x * splat(0.70710678118654752f);
+    t = select_v(t > splat(4.0f), splat(4.0f), t);
+    t = select_v(t < splat(-4.0f), splat(-4.0f), t);
+    const vecf u = t * t;
+    vecf p = splat(ERF_P[6]);
+    for (int i = 5; i >= 0; i--) p = p * u + splat(ERF_P[i]);
+    vecf q = splat(ERF_Q[4]);
+    for (int i = 3; i >= 0; i--) q = q * u + splat(ERF_Q[i]);
+    return splat(0.5f) * x * (splat(1.0f) + t * p / q);
+}
+
+static inline float gelu(float x) {
+    float t = x * 0.70710678118654752f;
+    t = t > 4.0f ? 4.0f : (t < -4.0f ? -4.0f : t);
+    const float u = t * t;
+    float p = ERF_P[6];
+    for (int i = 5; i >= 0; i--) p = p * u + ERF_P[i];
+    float q = ERF_Q[4];
+    for (int i = 3; i >= 0; i--) q = q * u + ERF_Q[i];
+    return 0.5f * x * (1.0f + t * p / q);
+}
+
+static inline vecf load_f(const float *p) { vecf r; memcpy(&r, p, sizeof r); return r; }
+static inline veci load_i(const int32_t *p) { veci r; memcpy(&r, p, sizeof r); return r; }
+
+/* a row of fp32 values (buffer) quantized to 8 bits over its own range, which includes 0; low and high are the row's
+ * minimum and maximum */
+static inline void quantize_row(const float *buffer, int64_t cols, float low, float high, int8_t *out, float *out_scale,
+                                float *out_zero) {
+    low = low < 0.0f ? low : 0.0f;
+    high = high > 0.0f ? high : 0.0f;
+    float step = (high - low) / 255.0f;
+    step = step > 1e-12f ? step : 1e-12f;
+    const float inverse = 1.0f / step;
+    const float zero = __builtin_rintf(-low * inverse);
+    for (int64_t c = 0; c < cols; c++) {
+        float code = __builtin_rintf(buffer[c] * inverse) + zero;
+        code = code < 0.0f ? 0.0f : (code > 255.0f ? 255.0f : code);
+        out[c] = (int8_t)((int32_t)code - 128);
+    }
+    *out_scale = step;
+    *out_zero = zero;
+}
+
+int as2hub_requantize(const int32_t *total, int64_t rows, int64_t cols, const float *row_scale,
+                      const float *row_zero, const float *col_sum, const float *col_scale, const float *bias, int use_gelu,
+                      int8_t *codes, float *out_scale, float *out_zero) {
+    float *buffer = malloc(sizeof(float) * (size_t)(cols + LANES));
+    if (!buffer) return 1;
+    const int64_t whole = cols / LANES * LANES;
+    for (int64_t r = 0; r < rows; r++) {
+        const int32_t *in = total + r * cols;
+        const float shift = 128.0f - row_zero[r], scale = row_scale[r];
+        vecf low_v = splat(0.0f), high_v = splat(0.0f);
+        for (int64_t c = 0; c < whole; c += LANES) {
+            vecf value = (__builtin_convertvector(load_i(in + c), vecf) + splat(shift) * load_f(col_sum + c)) *
+                         (splat(scale) * load_f(col_scale + c));
+            if (bias) value += load_f(bias + c);
+            if (use_gelu) value = gelu_v(value);
+            memcpy(buffer + c, &value, sizeof value);
+            low_v = select_v(value < low_v, value, low_v);
+            high_v = select_v(value > high_v, value, high_v);
+        }
+        float low = 0.0f, high = 0.0f;
+        for (int i = 0; i < LANES; i++) {
+            low = low_v[i] < low ? low_v[i] : low;
+            high = high_v[i] > high ? high_v[i] : high;
+        }
+        for (int64_t c = whole; c < cols; c++) {
+            float value = ((float)in[c] + shift * col_sum[c]) * (scale * col_scale[c]);
+            if (bias) value += bias[c];
+            if (use_gelu) value = gelu(value);
+            buffer[c] = value;
+            low = value < low ? value : low;
+            high = value > high ? value : high;
+        }
+        quantize_row(buffer, cols, low, high, codes + r * cols, out_scale + r, out_zero + r);
+    }
+    free(buffer);
+    return 0;
+}
+
+/* The products of an attention output or second feed-forward layer, rescaled as above, plus the residual, through
+ * the layer norm (gamma, beta, eps: torch's LayerNorm, the variance without Bessel's correction): written to out
+ * (fp32, the next residual) and, where codes is not NULL, quantized per row for the next product. */
+int as2hub_rescale_norm(const int32_t *total, int64_t rows, int64_t cols, const float *row_scale, const float *row_zero,
+                        const float *col_sum, const float *col_scale, const float *bias, const float *residual,
+                        const float *gamma, const float *beta, float eps, float *out, int8_t *codes, float *out_scale,
+                        float *out_zero) {
+    float *buffer = malloc(sizeof(float) * (size_t)(cols + LANES));
+    if (!buffer) return 1;
+    const int64_t whole = cols / LANES * LANES;
+    for (int64_t r = 0; r < rows; r++) {
+        const int32_t *in = total + r * cols;
+        const float *res = residual + r * cols;
+        const float shift = 128.0f - row_zero[r], scale = row_scale[r];
+        vecf sum_v = splat(0.0f);
+        for (int64_t c = 0; c < whole; c += LANES) {
+            vecf value = (__builtin_convertvector(load_i(in + c), vecf) + splat(shift) * load_f(col_sum + c)) *
+                         (splat(scale) * load_f(col_scale + c));
+            value = value + load_f(bias + c) + load_f(res + c);
+            memcpy(buffer + c, &value, sizeof value);
+            sum_v += value;
+        }
+        float sum = 0.0f;
+        for (int i = 0; i < LANES; i++) sum += sum_v[i];
+        for (int64_t c = whole; c < cols; c++) {
+            buffer[c] = ((float)in[c] + shift * col_sum[c]) * (scale * col_scale[c]) + bias[c] + res[c];
+            sum += buffer[c];
+        }
+        const float mean = sum / (float)cols;
+        vecf square_v = splat(0.0f);
+        for (int64_t c = 0; c < whole; c += LANES) {
+            const vecf centered = load_f(buffer + c) - splat(mean);
+            square_v += centered * centered;
+        }
+        float square = 0.0f;
+        for (int i = 0; i < LANES; i++) square += square_v[i];
+        for (int64_t c = whole; c < cols; c++) square += (buffer[c] - mean) * (buffer[c] - mean);
+        const float inverse_std = 1.0f / __builtin_sqrtf(square / (float)cols + eps);
+        float *row = out + r * cols;
+        vecf low_v = splat(0.0f), high_v = splat(0.0f);
+        for (int64_t c = 0; c < whole; c += LANES) {
+            const vecf value = (load_f(buffer + c) - splat(mean)) * splat(inverse_std) * load_f(gamma + c) + load_f(beta + c);
+            memcpy(row + c, &value, sizeof value);
+            low_v = select_v(value < low_v, value, low_v);
+            high_v = select_v(value > high_v, value, high_v);
+        }
+        float low = 0.0f, high = 0.0f;
+        for (int i = 0; i < LANES; i++) {
+            low = low_v[i] < low ? low_v[i] : low;
+            high = high_v[i] > high ? high_v[i] : high;
+        }
+        for (int64_t c = whole; c < cols; c++) {
+            row[c] = (buffer[c] - mean) * inverse_std * gamma[c] + beta[c];
+            low = row[c] < low ? row[c] : low;
+            high = row[c] > high ? row[c] : high;
+        }
+        if (codes) quantize_row(row, cols, low, high, codes + r * cols, out_scale + r, out_zero + r);
+    }
+    free(buffer);
+    return 0;
+}
