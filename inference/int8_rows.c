@@ -1,24 +1,30 @@
-/* The feed-forward step between the two int8 products of the torch-int8 backend (inference/int8.py builds this file
+/* The steps between the int8 products of the torch-int8 backend's unpadded pass (inference/int8.py builds this file
  * with the machine's C compiler and -march=native through inference/small_attention.py's build, and calls it through
- * ctypes).
+ * ctypes, with one torch thread).
  *
  * Input: the int32 products of a (rows, k) int8 matrix, each row quantized over its own range (scale s, zero point z,
  * codes shifted by -128), with 7-bit int8 weights (per output column: scale w, sum of the column's weights u). Each
- * output is rescaled to fp32, value = (total + (128 - z) * u) * (s * w) + bias, passed through GELU, and each row is
- * quantized again to 8 bits over its own range, which includes 0 (inference/int8.py's quantize_tokens):
+ * output is rescaled to fp32, value = (total + (128 - z) * u) * (s * w) + bias, then
+ * - as2hub_requantize (between the two feed-forward products): through GELU;
+ * - as2hub_rescale_norm (after the attention output's and the second feed-forward product): plus the residual, through
+ *   the layer norm, written out in fp32 (the next residual);
+ * and each row is quantized again to 8 bits over its own range, which includes 0 (int8.py's quantize_tokens):
  *   low = min(row, 0), high = max(row, 0), scale = max((high - low) / 255, 1e-12), zero = rint(-low / scale),
  *   code = clamp(rint(value / scale) + zero, 0, 255) - 128.
- * One row at a time, its values held in a row buffer (L1), so the row is read once from the product and written once
- * as int8: inductor's fused kernel made three passes over the (rows, 1536) matrix, and its GELU took 60% of the time.
+ * One row at a time, its values held in a row buffer (L1), so the row is read once from the product and its codes
+ * written once: inductor's fused kernels made three or four passes over the (rows, 1536) or (rows, 384) matrix, and
+ * its GELU (erf) took 60% of the feed-forward step's time.
  *
  * GELU(x) = x / 2 * (1 + erf(x / sqrt(2))), erf from a rational function fitted for this file (least squares on
  * Chebyshev nodes, reweighted): erf(t) ~ t * P(t^2) / Q(t^2) for |t| <= 4 (beyond, +-1 to float precision), P of
  * degree 6 and Q of degree 4; largest error 5.8e-8 in exact arithmetic, 4.4e-7 evaluated in float (PyTorch's
  * vectorized erf: 1.5e-7). An 8-bit step of a GELU row is about 1e-2.
  *
- * Entry point: int as2hub_requantize(total, rows, cols, row_scale, row_zero, col_sum, col_scale, bias, gelu, codes,
- *                                    out_scale, out_zero); returns 0, or 1 when out of memory. bias may be NULL;
- * gelu = 0 skips GELU.
+ * Entry points (return 0, or 1 when out of memory):
+ *   int as2hub_requantize(total, rows, cols, row_scale, row_zero, col_sum, col_scale, bias, gelu, codes, out_scale,
+ *                         out_zero): bias may be NULL; gelu = 0 skips GELU.
+ *   int as2hub_rescale_norm(total, rows, cols, row_scale, row_zero, col_sum, col_scale, bias, residual, gamma, beta,
+ *                           eps, out, codes, out_scale, out_zero): codes may be NULL (no quantization).
  */
 #include <stdint.h>
 #include <stdlib.h>
