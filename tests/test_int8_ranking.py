@@ -1,9 +1,10 @@
 """``backend="torch-int8"``: the encoder's products on integers (:mod:`as2hub.inference.int8`).
 
 What is checked, and against what:
-- :class:`Int8Linear` computes the quantization its docstring states (7-bit weights per output channel, 8-bit
-  activations per token over a range that includes 0): against an independent float64 reference written here from
-  that statement, and within a stated bound of the fp32 product;
+- :class:`Int8Linear` computes the quantization its docstring states (8-bit weights per output channel, 7-bit on a
+  CPU without VNNI or AMX: :data:`WEIGHT_LEVELS_BY_CPU`; 8-bit activations per token over a range that includes 0):
+  against an independent float64 reference written here from that statement, and within a stated bound of the fp32
+  product;
 - a row's output does not depend on the other rows of its batch (bit for bit), and a row of zeros gives the bias;
 - the ranker: scores within :data:`TORCH_INT8_TOLERANCE` of fp32 torch on the tiny spread models of ``test_backends``
   (every backbone, contextual and pairwise, BERT-style and RoBERTa tokenizers), the unpadded pass the padded one's,
@@ -25,16 +26,16 @@ from test_compiled_ranking import assert_compiles_once_and_scores_as_eager, side
 from test_onnx_backend import score_all
 from test_unpadded_ranking import FP32_ABS
 
-from as2hub.inference.backends import BACKENDS
+from as2hub.inference.backends import BACKENDS, cpu_features
 from as2hub.inference.compiled import INT8_INDUCTOR, CompiledRankerModel
-from as2hub.inference.int8 import Int8Linear, Int8UnsupportedError, quantize_encoder
+from as2hub.inference.int8 import Int8Linear, Int8UnsupportedError, quantize_encoder, weight_levels
 from as2hub.inference.ranking import Ranker
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 
 # Largest |torch-int8 score - fp32 score| on the tiny spread models (weights std 0.2, scores spreading > 0.075, as for
 # the ONNX int8 graph in test_backends). The same quantization as that graph (test_onnx_backend.INT8_TOLERANCE,
-# 0.025: at most 0.0179 measured), with 7-bit weights so that every CPU kind computes the same integers.
+# 0.025: at most 0.0179 measured with 7-bit weights; 8-bit ones round less).
 TORCH_INT8_TOLERANCE = 0.025
 # A pair alone against the same pair in its batch (the three models below, every candidate). Per-token scales give the
 # same integers, but fp32 rounding of the float parts differs with the batch's shape and can move a value across a
@@ -47,12 +48,33 @@ BATCH_ABS = 1e-3
 INDUCTOR_INT8_ABS = 5e-3
 
 
-def reference_int8_linear(x: np.ndarray, weight: np.ndarray, bias: np.ndarray) -> np.ndarray:
-    """The stated scheme in float64, written apart from the module: weights to integers in [-63, 63] with one scale per
-    output channel (max |w| / 63); each input row to integers in [0, 255] over [min(row, 0), max(row, 0)] with its
-    zero point; the integer product, then the scales."""
-    w_scale = np.abs(weight).max(axis=1) / 63.0
-    w_int = np.clip(np.round(weight / w_scale[:, None]), -63, 63)
+# The weights' largest integer by the CPU's int8 instructions: 32-bit sums of four products (VNNI, AMX) take 8 bits;
+# AVX2's saturating 16-bit sums of two products take 7 (255 * 63 * 2 < 32767 < 255 * 127 * 2).
+WEIGHT_LEVELS_BY_CPU = [
+    ({"avx2", "fma"}, 63),  # the AVX2 EPYC
+    ({"avx2", "avx512f", "avx512bw"}, 63),  # AVX-512 without VNNI
+    ({"avx2", "avx512f", "avx512bw", "avx512_vnni", "avx512_bf16"}, 127),  # the AVX-512 EPYC
+    ({"avx2", "avx_vnni"}, 127),  # AVX-VNNI (Alder Lake and later)
+    ({"avx2", "avx512f", "avx512_vnni", "amx_bf16", "amx_int8", "amx_tile"}, 127),  # the AMX Xeon
+]
+
+
+def this_cpus_levels() -> int:
+    return next((levels for flags, levels in reversed(WEIGHT_LEVELS_BY_CPU) if flags <= cpu_features().flags), 63)
+
+
+def test_weights_take_8_bits_where_the_int8_sums_are_32_bits():
+    for flags, levels in WEIGHT_LEVELS_BY_CPU:
+        assert weight_levels(frozenset(flags)) == levels, flags
+    assert Int8Linear(torch.nn.Linear(4, 2)).levels == this_cpus_levels()
+
+
+def reference_int8_linear(x: np.ndarray, weight: np.ndarray, bias: np.ndarray, levels: int) -> np.ndarray:
+    """The stated scheme in float64, written apart from the module: weights to integers in [-levels, levels] with one
+    scale per output channel (max |w| / levels); each input row to integers in [0, 255] over [min(row, 0), max(row, 0)]
+    with its zero point; the integer product, then the scales."""
+    w_scale = np.abs(weight).max(axis=1) / levels
+    w_int = np.clip(np.round(weight / w_scale[:, None]), -levels, levels)
     low, high = np.minimum(x.min(axis=1), 0.0), np.maximum(x.max(axis=1), 0.0)
     x_scale = (high - low) / 255.0
     zero = np.round(-low / x_scale)
@@ -60,13 +82,17 @@ def reference_int8_linear(x: np.ndarray, weight: np.ndarray, bias: np.ndarray) -
     return ((x_int - zero[:, None]) @ w_int.T) * x_scale[:, None] * w_scale[None, :] + bias
 
 
-def test_int8_linear_is_the_stated_quantization():
+@pytest.mark.parametrize("levels", [63, 127, None], ids=["7-bit", "8-bit", "this-cpu"])
+def test_int8_linear_is_the_stated_quantization(levels):
     generator = torch.Generator().manual_seed(0)
     linear = torch.nn.Linear(96, 40)
     x = torch.randn(7, 96, generator=generator) * torch.linspace(0.1, 5.0, 7)[:, None] + 0.3  # rows of other ranges
-    got = Int8Linear(linear)(x)
+    got = Int8Linear(linear, levels=levels)(x)
     want = reference_int8_linear(
-        x.double().numpy(), linear.weight.detach().double().numpy(), linear.bias.detach().numpy()
+        x.double().numpy(),
+        linear.weight.detach().double().numpy(),
+        linear.bias.detach().numpy(),
+        levels or this_cpus_levels(),
     )
     # float32 against float64 on the same integers: rounding of the scales only
     assert np.abs(got.numpy() - want).max() <= 1e-4 * np.abs(want).max()
