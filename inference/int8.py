@@ -19,9 +19,11 @@ where the CPU has them) and rescaled to fp32. Embeddings, layer norms, attention
   (since 2026-11-30): their rounding is halved, so a VNNI or AMX CPU and an AVX2 one score slightly differently.
 - **Fast with the unpadded, compiled pass** (``unpadded=True, torch_compile=True``): the packed pass
   (:mod:`as2hub.inference.unpadded`) runs the queries, keys and values as one product (``packed_qkv``: the input
-  quantized once), and inductor fuses each quantization with the product before it. On an AVX-512 EPYC (VNNI, no
-  AMX), one WikiQA question per call, it ranked 1.37x the same pass in bf16 and 1.41x the best CrossEncoder
-  configuration at fp32's MAP; batched over questions 1.62x (``inference/BACKENDS.md``, 2026-11-29).
+  quantized once). With one torch thread the steps between the products run in C (``int8_rows.c``:
+  :func:`gelu_requantize`, :func:`rescale_norm`, a row at a time, each layer's states quantized once:
+  :func:`quantized_layer`); with more, inductor fuses them. On an AVX-512 EPYC (VNNI, no AMX), one WikiQA question
+  per call: 1.41x the best CrossEncoder configuration through inductor's kernels, 1.49-1.53x with the C steps, but
+  at that speed MAP's interval missed the benchmark's rule in both runs (``inference/BACKENDS.md``, 2026-11-30).
 
 Example:
     >>> from as2hub.inference import Ranker
