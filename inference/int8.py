@@ -82,6 +82,13 @@ def quantize_tokens(rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, tor
     return (codes - 128).to(torch.int8), scale, zero
 
 
+def rescale(total, scale, zero, weight_sum, weight_scale, bias=None) -> torch.Tensor:
+    """An int8 product's int32 ``total`` as fp32: the codes' per-token ``scale`` and ``zero`` (:func:`quantize_tokens`),
+    the weights' per-output ``weight_sum`` and ``weight_scale`` (:class:`Int8Linear`'s), plus ``bias``."""
+    out = (total.float() + (128.0 - zero)[:, None] * weight_sum) * (scale[:, None] * weight_scale)
+    return out + bias if bias is not None else out
+
+
 class Int8Linear(nn.Module):
     """``nn.Linear`` layers computed on integers: their weights (side by side when several are given: one product for
     the queries, keys and values) as int8 (``levels``: the largest integer, default :func:`weight_levels`'s 127 or 63)
@@ -122,8 +129,7 @@ class Int8Linear(nn.Module):
 
     def rescale(self, total: torch.Tensor, scale: torch.Tensor, zero: torch.Tensor) -> torch.Tensor:
         """:meth:`product`'s integers as fp32 outputs, bias added, given the codes' per-token ``scale`` and ``zero``."""
-        out = (total.float() + (128.0 - zero)[:, None] * self.weight_sum) * (scale[:, None] * self.weight_scale)
-        return out + self.bias if self.bias is not None else out
+        return rescale(total, scale, zero, self.weight_sum, self.weight_scale, self.bias)
 
     def extra_repr(self) -> str:
         bits = 8 if self.levels > 63 else 7
@@ -258,8 +264,7 @@ def gelu_requantize(
         )  # fmt: skip
         _check(status)
         return codes, out_scale, out_zero
-    out = (total.float() + (128.0 - zero)[:, None] * weight_sum) * (scale[:, None] * weight_scale) + bias
-    return quantize_tokens(nn.functional.gelu(out))
+    return quantize_tokens(nn.functional.gelu(rescale(total, scale, zero, weight_sum, weight_scale, bias)))
 
 
 @gelu_requantize.register_fake
@@ -306,7 +311,7 @@ def rescale_norm(
         )  # fmt: skip
         _check(status)
         return states, codes, out_scale, out_zero
-    out = (total.float() + (128.0 - zero)[:, None] * weight_sum) * (scale[:, None] * weight_scale) + bias
+    out = rescale(total, scale, zero, weight_sum, weight_scale, bias)
     states = nn.functional.layer_norm(out + residual, (out.shape[1],), norm_weight, norm_bias, eps)
     return states, *quantize_tokens(states)
 
