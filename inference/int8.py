@@ -249,7 +249,7 @@ def gelu_requantize(
 
     With one torch thread on the CPU one call of ``int8_rows.c`` (:data:`FEED_FORWARD_KERNEL`), a row at a time:
     inductor's fused kernel read and wrote the ``(tokens, 1536)`` matrix three times and spent 60% of its time in GELU
-    (its erf); the kernel's GELU is exact to 4.4e-7 (its file says how). Else :meth:`Int8Linear.rescale`, GELU and
+    (its erf); the kernel's GELU is exact to 4.4e-7 (its file says how). Else :func:`rescale`, GELU and
     :func:`quantize_tokens` in torch."""
     if total.device.type == "cpu" and use_rows_kernel():
         lib = _kernel()
