@@ -229,6 +229,19 @@ def _kernel() -> ctypes.CDLL:
     return lib
 
 
+def _pointers(tensors) -> list[int]:
+    return [tensor.data_ptr() for tensor in tensors]
+
+
+def _kernel_inputs(total: torch.Tensor, *rows: torch.Tensor) -> tuple[list, tuple]:
+    """A kernel call's inputs as it reads them (``total`` int32, then ``rows``: scales, zero points and the layer's
+    tensors in fp32; all contiguous: the caller keeps this list alive through the call) and its quantized outputs,
+    allocated: ``(codes, scale, zero)``."""
+    tokens = total.shape[0]
+    quantized = (torch.empty(total.shape, dtype=torch.int8), torch.empty(tokens), torch.empty(tokens))
+    return [total.contiguous(), *(t.float().contiguous() for t in rows)], quantized
+
+
 def _check(status: int) -> None:
     if status:
         raise small_attention.SmallAttentionError(f"int8_rows failed ({'out of memory' if status == 1 else status})")
@@ -252,18 +265,10 @@ def gelu_requantize(
     (its erf); the kernel's GELU is exact to 4.4e-7 (its file says how). Else :func:`rescale`, GELU and
     :func:`quantize_tokens` in torch."""
     if total.device.type == "cpu" and use_rows_kernel():
-        lib = _kernel()
-        tokens, width = total.shape
-        total, scale, zero = total.contiguous(), scale.float().contiguous(), zero.float().contiguous()
-        codes = total.new_empty((tokens, width), dtype=torch.int8)
-        out_scale, out_zero = scale.new_empty(tokens), scale.new_empty(tokens)
-        parameters = [t.float().contiguous() for t in (weight_sum, weight_scale, bias)]
-        status = lib.as2hub_requantize(
-            total.data_ptr(), tokens, width, scale.data_ptr(), zero.data_ptr(), *(t.data_ptr() for t in parameters),
-            1, codes.data_ptr(), out_scale.data_ptr(), out_zero.data_ptr()
-        )  # fmt: skip
-        _check(status)
-        return codes, out_scale, out_zero
+        inputs, quantized = _kernel_inputs(total, scale, zero, weight_sum, weight_scale, bias)
+        pointers = _pointers(inputs)
+        _check(_kernel().as2hub_requantize(pointers[0], *total.shape, *pointers[1:], 1, *_pointers(quantized)))
+        return quantized
     return quantize_tokens(nn.functional.gelu(rescale(total, scale, zero, weight_sum, weight_scale, bias)))
 
 
@@ -292,25 +297,14 @@ def rescale_norm(
     ``(states, codes, scale, zero)``. With one torch thread on the CPU one call of ``int8_rows.c``, a row at a time;
     else torch's operations."""
     if total.device.type == "cpu" and use_rows_kernel():
-        lib = _kernel()
-        tokens, width = total.shape
-        total, scale, zero, residual = (
-            total.contiguous(),
-            scale.float().contiguous(),
-            zero.float().contiguous(),
-            residual.float().contiguous(),
+        inputs, quantized = _kernel_inputs(
+            total, scale, zero, weight_sum, weight_scale, bias, residual, norm_weight, norm_bias
         )
-        parameters = [t.float().contiguous() for t in (weight_sum, weight_scale, bias, norm_weight, norm_bias)]
-        states = residual.new_empty((tokens, width))
-        codes = total.new_empty((tokens, width), dtype=torch.int8)
-        out_scale, out_zero = scale.new_empty(tokens), scale.new_empty(tokens)
-        status = lib.as2hub_rescale_norm(
-            total.data_ptr(), tokens, width, scale.data_ptr(), zero.data_ptr(), *(t.data_ptr() for t in parameters[:3]),
-            residual.data_ptr(), *(t.data_ptr() for t in parameters[3:]), eps, states.data_ptr(), codes.data_ptr(),
-            out_scale.data_ptr(), out_zero.data_ptr()
-        )  # fmt: skip
-        _check(status)
-        return states, codes, out_scale, out_zero
+        pointers, states = _pointers(inputs), torch.empty(total.shape)
+        _check(_kernel().as2hub_rescale_norm(
+            pointers[0], *total.shape, *pointers[1:], eps, *_pointers((states, *quantized))
+        ))  # fmt: skip
+        return states, *quantized
     out = rescale(total, scale, zero, weight_sum, weight_scale, bias)
     states = nn.functional.layer_norm(out + residual, (out.shape[1],), norm_weight, norm_bias, eps)
     return states, *quantize_tokens(states)

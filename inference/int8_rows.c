@@ -78,6 +78,16 @@ static inline float gelu(float x) {
 static inline vecf load_f(const float *p) { vecf r; memcpy(&r, p, sizeof r); return r; }
 static inline veci load_i(const int32_t *p) { veci r; memcpy(&r, p, sizeof r); return r; }
 
+/* the smallest of low_v's lanes and 0, and the largest of high_v's and 0 */
+static inline void lanes_range(vecf low_v, vecf high_v, float *low, float *high) {
+    *low = 0.0f;
+    *high = 0.0f;
+    for (int i = 0; i < LANES; i++) {
+        *low = low_v[i] < *low ? low_v[i] : *low;
+        *high = high_v[i] > *high ? high_v[i] : *high;
+    }
+}
+
 /* a row of fp32 values (buffer) quantized to 8 bits over its own range, which includes 0; low and high are the row's
  * minimum and maximum */
 static inline void quantize_row(const float *buffer, int64_t cols, float low, float high, int8_t *out, float *out_scale,
@@ -116,11 +126,8 @@ int as2hub_requantize(const int32_t *total, int64_t rows, int64_t cols, const fl
             low_v = select_v(value < low_v, value, low_v);
             high_v = select_v(value > high_v, value, high_v);
         }
-        float low = 0.0f, high = 0.0f;
-        for (int i = 0; i < LANES; i++) {
-            low = low_v[i] < low ? low_v[i] : low;
-            high = high_v[i] > high ? high_v[i] : high;
-        }
+        float low, high;
+        lanes_range(low_v, high_v, &low, &high);
         for (int64_t c = whole; c < cols; c++) {
             float value = ((float)in[c] + shift * col_sum[c]) * (scale * col_scale[c]);
             if (bias) value += bias[c];
@@ -181,11 +188,8 @@ int as2hub_rescale_norm(const int32_t *total, int64_t rows, int64_t cols, const 
             low_v = select_v(value < low_v, value, low_v);
             high_v = select_v(value > high_v, value, high_v);
         }
-        float low = 0.0f, high = 0.0f;
-        for (int i = 0; i < LANES; i++) {
-            low = low_v[i] < low ? low_v[i] : low;
-            high = high_v[i] > high ? high_v[i] : high;
-        }
+        float low, high;
+        lanes_range(low_v, high_v, &low, &high);
         for (int64_t c = whole; c < cols; c++) {
             row[c] = (buffer[c] - mean) * inverse_std * gamma[c] + beta[c];
             low = row[c] < low ? row[c] : low;

@@ -112,9 +112,7 @@ def test_kernel_built_for_avx2_only_gives_the_same_codes(tmp_path):
     total, scale, zero, weight_sum, weight_scale, bias = products(64, 1536)
     codes, step, point = torch.empty(64, 1536, dtype=torch.int8), torch.empty(64), torch.empty(64)
     pointers = [t.data_ptr() for t in (scale, zero, weight_sum, weight_scale, bias)]
-    lib.as2hub_requantize.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64] + [ctypes.c_void_p] * 5 + [
-        ctypes.c_int
-    ] + [ctypes.c_void_p] * 3  # fmt: skip
+    lib.as2hub_requantize.argtypes = int8._ARGTYPES["as2hub_requantize"]
     assert (
         lib.as2hub_requantize(total.data_ptr(), 64, 1536, *pointers, 1, *(t.data_ptr() for t in (codes, step, point)))
         == 0
