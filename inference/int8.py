@@ -33,6 +33,7 @@ Example:
 
 import ctypes
 import logging
+import os
 from functools import lru_cache
 from pathlib import Path
 
@@ -69,10 +70,15 @@ def weight_levels(flags: frozenset[str] | None = None) -> int:
     return 127 if flags & SUMMING_32_BITS else 63
 
 
-def quantize_tokens(rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def quantize_tokens(
+    rows: torch.Tensor, smooth: torch.Tensor | None = None
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Each row of a ``(tokens, features)`` fp32 matrix in 8 bits, over its own range (which includes 0):
     ``(codes, scale, zero)`` with ``rows ~ scale * (codes + 128 - zero)``, ``codes`` int8, ``scale`` and ``zero`` one
-    per row (``zero``, the zero point, in 0 .. 255). A row of zeros gets codes that decode to exactly 0."""
+    per row (``zero``, the zero point, in 0 .. 255). A row of zeros gets codes that decode to exactly 0. ``smooth``:
+    one factor per feature, applied first (the reading product's :attr:`Int8Linear.input_scale`)."""
+    if smooth is not None:
+        rows = rows * smooth
     low = rows.amin(dim=1).clamp(max=0.0)
     high = rows.amax(dim=1).clamp(min=0.0)
     scale = ((high - low) / ACTIVATION_LEVELS).clamp(min=1e-12)
@@ -95,16 +101,31 @@ class Int8Linear(nn.Module):
     with a scale per output channel, the input quantized per token at each call (:func:`quantize_tokens`); fp32 in,
     fp32 out, any leading dimensions.
 
+    ``smoothing`` (one positive factor per input feature, :func:`smoothing_factors`): the weights' input columns are
+    multiplied by it and the inputs divided by it (``input_scale``, its inverse) before they are quantized, the same
+    product in exact arithmetic, with a feature whose values run far larger than the others' (an outlier channel)
+    shrunk so that it no longer sets every token's quantization step (SmoothQuant, Xiao et al. 2023).
+
     Example:
         >>> layer = Int8Linear(torch.nn.Linear(8, 4))
         >>> layer(torch.randn(3, 8)).shape
         torch.Size([3, 4])
     """
 
-    def __init__(self, *linears: nn.Linear, levels: int | None = None):
+    def __init__(self, *linears: nn.Linear, levels: int | None = None, smoothing: torch.Tensor | None = None):
         super().__init__()
         self.levels = levels or weight_levels()
         weight = torch.cat([linear.weight.detach().float() for linear in linears])
+        if smoothing is not None:
+            smoothing = smoothing.detach().float()
+            if smoothing.shape != (weight.shape[1],) or not bool((smoothing > 0).all()):
+                raise ValueError(
+                    f"smoothing: one positive factor per input feature ({weight.shape[1]}), got shape "
+                    f"{tuple(smoothing.shape)}"
+                )
+            weight = weight * smoothing
+        # what each input feature is multiplied by before it is quantized (None: as it is)
+        self.register_buffer("input_scale", None if smoothing is None else 1.0 / smoothing, persistent=False)
         biases = [linear.bias for linear in linears]
         scale = weight.abs().amax(dim=1).clamp(min=1e-12) / self.levels
         quantized = torch.round(weight / scale[:, None]).clamp(-self.levels, self.levels).to(torch.int8)
@@ -119,7 +140,7 @@ class Int8Linear(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         shape = x.shape
-        codes, scale, zero = quantize_tokens(x.reshape(-1, shape[-1]).float())
+        codes, scale, zero = quantize_tokens(x.reshape(-1, shape[-1]).float(), self.input_scale)
         out = self.rescale(self.product(codes), scale, zero)
         return out.reshape(*shape[:-1], self.out_features)
 
@@ -133,19 +154,18 @@ class Int8Linear(nn.Module):
 
     def extra_repr(self) -> str:
         bits = 8 if self.levels > 63 else 7
-        return f"in_features={self.in_features}, out_features={self.out_features}, int8 ({bits}-bit weights, per token)"
+        smoothed = ", smoothed" if self.input_scale is not None else ""
+        return (
+            f"in_features={self.in_features}, out_features={self.out_features}, int8 ({bits}-bit weights, per token"
+            f"{smoothed})"
+        )
 
 
 class Int8UnsupportedError(ValueError):
     """``backend="torch-int8"`` was asked of a model without BERT-style encoder layers."""
 
 
-def quantize_encoder(model: nn.Module) -> int:
-    """Replace, in place, the linear layers of every encoder layer of ``model`` (a BERT-style encoder: BERT, RoBERTa,
-    ELECTRA) by :class:`Int8Linear`; returns how many. Embeddings, layer norms and heads stay as they are. Each layer's
-    attention also gets the fused products of the unpadded pass (:mod:`as2hub.inference.unpadded`): ``packed_qkv``
-    (queries, keys and values in one product, their input quantized once) and ``packed_kv`` (the last layer's keys and
-    values)."""
+def _encoder_layers(model: nn.Module):
     layers = getattr(getattr(getattr(model, "base_model", None), "encoder", None), "layer", None)
     if not layers or any(getattr(getattr(layer, "attention", None), "self", None) is None for layer in layers):
         raise Int8UnsupportedError(
@@ -153,21 +173,168 @@ def quantize_encoder(model: nn.Module) -> int:
             f"attention.self, attention.output, intermediate, output); {type(model).__name__} has none: use "
             "backend='torch', 'torch-bf16' or 'onnx-int8'"
         )
+    return layers
+
+
+def quantize_encoder(model: nn.Module, calibration: dict[str, torch.Tensor] | None = None) -> int:
+    """Replace, in place, the linear layers of every encoder layer of ``model`` (a BERT-style encoder: BERT, RoBERTa,
+    ELECTRA) by :class:`Int8Linear`; returns how many. Embeddings, layer norms and heads stay as they are. Each layer's
+    attention also gets the fused products of the unpadded pass (:mod:`as2hub.inference.unpadded`): ``packed_qkv``
+    (queries, keys and values in one product, their input quantized once) and ``packed_kv`` (the last layer's keys and
+    values).
+
+    ``calibration``: each product input's largest magnitude per feature (:func:`input_maxima`; a saved ranker's
+    :data:`CALIBRATION_FILE`, :func:`load_calibration`): the products are smoothed (:func:`smoothing_factors`), the
+    queries, keys and values of a layer by one factor per feature, as they read one input."""
+    layers = _encoder_layers(model)
+    if calibration is not None:
+        check_calibration(model, calibration)
     count = 0
-    for layer in layers:
+    for index, layer in enumerate(layers):
         attention = layer.attention.self
         projections = (attention.query, attention.key, attention.value)
+        smoothing = {}
+        if calibration is not None:
+            for name, linears in _layer_inputs(layer).items():
+                weight = torch.cat([linear.weight.detach().float() for linear in linears])
+                factors = smoothing_factors(calibration[f"{index}.{name}"], weight)
+                smoothing.update({id(linear): factors for linear in linears})
         if all(type(projection) is nn.Linear for projection in projections):
-            attention.packed_qkv = Int8Linear(*projections)
-            attention.packed_kv = Int8Linear(*projections[1:])
+            factors = smoothing.get(id(attention.query))
+            attention.packed_qkv = Int8Linear(*projections, smoothing=factors)
+            attention.packed_kv = Int8Linear(*projections[1:], smoothing=factors)
         for path in ENCODER_LINEARS:
             parent_path, _, name = path.rpartition(".")
             parent = layer.get_submodule(parent_path)
-            if type(getattr(parent, name, None)) is nn.Linear:
-                setattr(parent, name, Int8Linear(getattr(parent, name)))
+            linear = getattr(parent, name, None)
+            if type(linear) is nn.Linear:
+                setattr(parent, name, Int8Linear(linear, smoothing=smoothing.get(id(linear))))
                 count += 1
         layer.int8_rows = _rows_layout(layer)
     return count
+
+
+# SmoothQuant's migration strength: a feature's factor is its input's largest magnitude to the power ALPHA over its
+# weights' largest magnitude to the power 1 - ALPHA. Chosen on WikiQA dev by the scores' distance from fp32 (122
+# questions, 1,126 pairs, statistics from 64 training questions; AVX-512 EPYC, 2026-11-30): mean logit error 0.0180
+# unsmoothed, 0.0154 at 0.3, 0.0093 at 0.5, 0.0221 at 0.65, 0.0246 at 0.8; any one kind of product moved to 0.4 or
+# 0.6 with the others at 0.5 was worse (0.0095 to 0.0143).
+SMOOTHING_ALPHA = 0.5
+
+
+def smoothing_factors(input_max: torch.Tensor, weight: torch.Tensor, alpha: float = SMOOTHING_ALPHA) -> torch.Tensor:
+    """One factor per input feature of a product (``weight``: ``(out, in)``, side by side for products that read one
+    input) from the input's largest magnitudes per feature (``input_max``, ``(in,)``): ``input_max ** alpha /
+    weight_max ** (1 - alpha)``, so that a feature ``alpha`` of the way toward the weights' range is quantized in the
+    weights instead of the activations (SmoothQuant, Xiao et al. 2023).
+
+    Example:
+        >>> smoothing_factors(torch.tensor([16.0, 1.0]), torch.tensor([[1.0, 1.0]])).tolist()
+        [4.0, 1.0]
+    """
+    weight_max = weight.detach().float().abs().amax(dim=0).clamp(min=1e-5)
+    return input_max.float().clamp(min=1e-5) ** alpha / weight_max ** (1 - alpha)
+
+
+def _layer_inputs(layer: nn.Module) -> dict[str, list[nn.Linear]]:
+    """An encoder layer's product inputs (the calibration's keys after the layer's index) and the products reading
+    each."""
+    attention = layer.attention.self
+    return {
+        "attention": [attention.query, attention.key, attention.value],
+        "attention.output.dense": [layer.attention.output.dense],
+        "intermediate.dense": [layer.intermediate.dense],
+        "output.dense": [layer.output.dense],
+    }
+
+
+def check_calibration(model: nn.Module, calibration: dict[str, torch.Tensor]) -> None:
+    """Raise ``ValueError`` unless ``calibration`` has, for each encoder layer's product inputs, one non-negative
+    finite value per feature (the statistics of a model of this shape)."""
+    for index, layer in enumerate(_encoder_layers(model)):
+        for name, linears in _layer_inputs(layer).items():
+            key, features = f"{index}.{name}", linears[0].in_features
+            values = calibration.get(key)
+            if values is None or tuple(values.shape) != (features,):
+                found = "missing" if values is None else f"shape {tuple(values.shape)}"
+                raise ValueError(f"int8 calibration: {key!r} should have {features} values per feature, {found}")
+            if not bool(torch.isfinite(values).all()) or bool((values < 0).any()):
+                raise ValueError(f"int8 calibration: {key!r} has negative or non-finite values")
+
+
+@torch.inference_mode()
+def input_maxima(model: nn.Module, run) -> dict[str, torch.Tensor]:
+    """Each encoder product input's largest magnitude per feature while ``run()`` scores with ``model`` (the fp32
+    model, before :func:`quantize_encoder`), keyed ``"{layer}.{input}"`` (``"0.attention"``, ``"0.intermediate.dense"``,
+    ...): the ``calibration`` of :func:`quantize_encoder`. Padding positions count too (their states are real
+    values of the layer, rarely the largest)."""
+    maxima: dict[str, torch.Tensor] = {}
+
+    def hook(key):
+        def record(module, inputs, output):
+            values = inputs[0].detach().float().abs().reshape(-1, inputs[0].shape[-1]).amax(dim=0)
+            maxima[key] = torch.maximum(maxima[key], values) if key in maxima else values
+
+        return record
+
+    handles = [
+        linears[0].register_forward_hook(hook(f"{index}.{name}"))
+        for index, layer in enumerate(_encoder_layers(model))
+        for name, linears in _layer_inputs(layer).items()
+    ]
+    try:
+        run()
+    finally:
+        for handle in handles:
+            handle.remove()
+    return maxima
+
+
+# A saved ranker's calibration for backend="torch-int8": input_maxima's tensors, and in the metadata the weights'
+# SHA-256 (statistics of other weights are ignored, with a warning) and how many pairs they came from
+CALIBRATION_FILE = "int8_calibration.safetensors"
+
+
+def save_calibration(folder, maxima: dict[str, torch.Tensor], pairs: int) -> Path:
+    """Write ``maxima`` (:func:`input_maxima`) into ``folder``'s :data:`CALIBRATION_FILE` (a temporary file, then an
+    atomic rename), stamped with the folder's weights; returns its path."""
+    from safetensors.torch import save_file
+
+    from as2hub.modeling.folders import weights_sha256
+
+    folder = Path(folder)
+    target = folder / CALIBRATION_FILE
+    partial = folder / f".{CALIBRATION_FILE}.partial"
+    metadata = {"as2hub.weights_sha256": weights_sha256(folder) or "", "as2hub.pairs": str(pairs)}
+    save_file({key: value.contiguous() for key, value in maxima.items()}, str(partial), metadata=metadata)
+    os.replace(partial, target)
+    return target
+
+
+def load_calibration(folder) -> dict[str, torch.Tensor] | None:
+    """``folder``'s :data:`CALIBRATION_FILE` (:func:`save_calibration`): its statistics, or ``None`` where it has none
+    or they came from other weights (a warning says so). An unreadable file raises ``ValueError`` naming it."""
+    from safetensors import safe_open
+
+    from as2hub.modeling.folders import weights_sha256
+
+    path = Path(folder) / CALIBRATION_FILE
+    if not path.is_file():
+        return None
+    try:
+        with safe_open(str(path), framework="pt") as handle:
+            metadata = handle.metadata() or {}
+            maxima = {key: handle.get_tensor(key) for key in handle.keys()}
+    except Exception as error:  # safetensors raises its own error types for a truncated or foreign file
+        raise ValueError(f"{path}: not a readable int8 calibration ({error}); delete it or write it again") from error
+    if metadata.get("as2hub.weights_sha256") != weights_sha256(Path(folder)):
+        logger.warning(
+            "%s: calibrated for other weights, ignored (torch-int8 unsmoothed); write it again: "
+            "Ranker.calibrate_int8(questions, candidates, save_to=folder)",
+            path,
+        )
+        return None
+    return maxima
 
 
 def _rows_layout(layer: nn.Module) -> bool:
@@ -192,8 +359,8 @@ FEED_FORWARD_KERNELS = ("auto", "kernel", "torch")
 FEED_FORWARD_KERNEL = "auto"
 _ROWS = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64] + [ctypes.c_void_p] * 5  # total, rows, cols, ... bias
 _ARGTYPES = {
-    "as2hub_requantize": [*_ROWS, ctypes.c_int] + [ctypes.c_void_p] * 3,
-    "as2hub_rescale_norm": [*_ROWS] + [ctypes.c_void_p] * 3 + [ctypes.c_float] + [ctypes.c_void_p] * 4,
+    "as2hub_requantize": [*_ROWS, ctypes.c_int] + [ctypes.c_void_p] * 4,  # ..., gelu, smooth, codes, scale, zero
+    "as2hub_rescale_norm": [*_ROWS] + [ctypes.c_void_p] * 3 + [ctypes.c_float] + [ctypes.c_void_p] * 5,
 }
 
 
@@ -229,17 +396,17 @@ def _kernel() -> ctypes.CDLL:
     return lib
 
 
-def _pointers(tensors) -> list[int]:
-    return [tensor.data_ptr() for tensor in tensors]
+def _pointers(tensors) -> list[int | None]:
+    return [None if tensor is None else tensor.data_ptr() for tensor in tensors]
 
 
-def _kernel_inputs(total: torch.Tensor, *rows: torch.Tensor) -> tuple[list, tuple]:
+def _kernel_inputs(total: torch.Tensor, *rows: torch.Tensor | None) -> tuple[list, tuple]:
     """A kernel call's inputs as it reads them (``total`` int32, then ``rows``: scales, zero points and the layer's
-    tensors in fp32; all contiguous: the caller keeps this list alive through the call) and its quantized outputs,
-    allocated: ``(codes, scale, zero)``."""
+    tensors in fp32, ``None`` passed on as NULL; all contiguous: the caller keeps this list alive through the call) and
+    its quantized outputs, allocated: ``(codes, scale, zero)``."""
     tokens = total.shape[0]
     quantized = (torch.empty(total.shape, dtype=torch.int8), torch.empty(tokens), torch.empty(tokens))
-    return [total.contiguous(), *(t.float().contiguous() for t in rows)], quantized
+    return [total.contiguous(), *(None if t is None else t.float().contiguous() for t in rows)], quantized
 
 
 def _check(status: int) -> None:
@@ -255,25 +422,29 @@ def gelu_requantize(
     weight_sum: torch.Tensor,
     weight_scale: torch.Tensor,
     bias: torch.Tensor,
+    smooth: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """The step between an :class:`Int8Linear`'s int32 products (``total``, ``(tokens, out)``; its input's per-token
     ``scale`` and ``zero``; the layer's ``weight_sum``, ``weight_scale`` and ``bias``) and the next int8 product: the
-    rescaled fp32 outputs through GELU, quantized per token (:func:`quantize_tokens`): ``(codes, scale, zero)``.
+    rescaled fp32 outputs through GELU, quantized per token (:func:`quantize_tokens`, times ``smooth``: the next
+    product's :attr:`Int8Linear.input_scale`): ``(codes, scale, zero)``.
 
     With one torch thread on the CPU one call of ``int8_rows.c`` (:data:`FEED_FORWARD_KERNEL`), a row at a time:
     inductor's fused kernel read and wrote the ``(tokens, 1536)`` matrix three times and spent 60% of its time in GELU
     (its erf); the kernel's GELU is exact to 4.4e-7 (its file says how). Else :func:`rescale`, GELU and
     :func:`quantize_tokens` in torch."""
     if total.device.type == "cpu" and use_rows_kernel():
-        inputs, quantized = _kernel_inputs(total, scale, zero, weight_sum, weight_scale, bias)
+        inputs, quantized = _kernel_inputs(total, scale, zero, weight_sum, weight_scale, bias, smooth)
         pointers = _pointers(inputs)
-        _check(_kernel().as2hub_requantize(pointers[0], *total.shape, *pointers[1:], 1, *_pointers(quantized)))
+        _check(_kernel().as2hub_requantize(
+            pointers[0], *total.shape, *pointers[1:-1], 1, pointers[-1], *_pointers(quantized)
+        ))  # fmt: skip
         return quantized
-    return quantize_tokens(nn.functional.gelu(rescale(total, scale, zero, weight_sum, weight_scale, bias)))
+    return quantize_tokens(nn.functional.gelu(rescale(total, scale, zero, weight_sum, weight_scale, bias)), smooth)
 
 
 @gelu_requantize.register_fake
-def _(total, scale, zero, weight_sum, weight_scale, bias):
+def _(total, scale, zero, weight_sum, weight_scale, bias, smooth=None):
     tokens = total.shape[0]
     return total.new_empty(total.shape, dtype=torch.int8), scale.new_empty(tokens), scale.new_empty(tokens)
 
@@ -290,28 +461,30 @@ def rescale_norm(
     norm_weight: torch.Tensor,
     norm_bias: torch.Tensor,
     eps: float,
+    smooth: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """The end of a BERT-style attention or feed-forward block after its :class:`Int8Linear` product (``total`` and
     the layer's tensors as in :func:`gelu_requantize`): the rescaled outputs plus ``residual`` through the layer norm
     (``norm_weight``, ``norm_bias``, ``eps``), and those states quantized per token for the next product:
-    ``(states, codes, scale, zero)``. With one torch thread on the CPU one call of ``int8_rows.c``, a row at a time;
+    ``(states, codes, scale, zero)``, the codes those of ``states * smooth`` where ``smooth`` is given (the next
+    product's :attr:`Int8Linear.input_scale`). With one torch thread on the CPU one call of ``int8_rows.c``, a row at a time;
     else torch's operations."""
     if total.device.type == "cpu" and use_rows_kernel():
         inputs, quantized = _kernel_inputs(
-            total, scale, zero, weight_sum, weight_scale, bias, residual, norm_weight, norm_bias
+            total, scale, zero, weight_sum, weight_scale, bias, residual, norm_weight, norm_bias, smooth
         )
         pointers, states = _pointers(inputs), torch.empty(total.shape)
         _check(_kernel().as2hub_rescale_norm(
-            pointers[0], *total.shape, *pointers[1:], eps, *_pointers((states, *quantized))
+            pointers[0], *total.shape, *pointers[1:-1], eps, pointers[-1], *_pointers((states, *quantized))
         ))  # fmt: skip
         return states, *quantized
     out = rescale(total, scale, zero, weight_sum, weight_scale, bias)
     states = nn.functional.layer_norm(out + residual, (out.shape[1],), norm_weight, norm_bias, eps)
-    return states, *quantize_tokens(states)
+    return states, *quantize_tokens(states, smooth)
 
 
 @rescale_norm.register_fake
-def _(total, scale, zero, weight_sum, weight_scale, bias, residual, norm_weight, norm_bias, eps):
+def _(total, scale, zero, weight_sum, weight_scale, bias, residual, norm_weight, norm_bias, eps, smooth=None):
     tokens = total.shape[0]
     codes = total.new_empty(total.shape, dtype=torch.int8)
     return residual.new_empty(total.shape), codes, scale.new_empty(tokens), scale.new_empty(tokens)
@@ -326,36 +499,50 @@ def rows_ready(layer: nn.Module) -> bool:
     return getattr(layer, "int8_rows", False)
 
 
-def _norm_block(block: nn.Module, quantized: Quantized, residual: torch.Tensor) -> tuple[torch.Tensor, Quantized]:
+def input_scale(layer: nn.Module) -> torch.Tensor | None:
+    """What an encoder layer's input (the queries', keys' and values' one) is multiplied by before it is quantized:
+    ``None`` where its products are not smoothed."""
+    return layer.attention.self.packed_qkv.input_scale
+
+
+def _norm_block(
+    block: nn.Module, quantized: Quantized, residual: torch.Tensor, smooth: torch.Tensor | None
+) -> tuple[torch.Tensor, Quantized]:
     dense, norm = block.dense, block.LayerNorm
     total = dense.product(quantized[0])
     states, *codes = rescale_norm(
         total, quantized[1], quantized[2], dense.weight_sum, dense.weight_scale, dense.bias, residual, norm.weight,
-        norm.bias, norm.eps
+        norm.bias, norm.eps, smooth
     )  # fmt: skip
     return states, tuple(codes)
 
 
-def _feed_forward(layer: nn.Module, hidden: torch.Tensor, quantized: Quantized) -> tuple[torch.Tensor, Quantized]:
-    inner = layer.intermediate.dense
+def _feed_forward(
+    layer: nn.Module, hidden: torch.Tensor, quantized: Quantized, smooth: torch.Tensor | None
+) -> tuple[torch.Tensor, Quantized]:
+    inner, outer = layer.intermediate.dense, layer.output.dense
     codes = gelu_requantize(
-        inner.product(quantized[0]), *quantized[1:], inner.weight_sum, inner.weight_scale, inner.bias
-    )
-    return _norm_block(layer.output, codes, hidden)
+        inner.product(quantized[0]), *quantized[1:], inner.weight_sum, inner.weight_scale, inner.bias,
+        outer.input_scale
+    )  # fmt: skip
+    return _norm_block(layer.output, codes, hidden, smooth)
 
 
 def quantized_layer(
-    layer: nn.Module, hidden: torch.Tensor, quantized: Quantized, attend
+    layer: nn.Module, hidden: torch.Tensor, quantized: Quantized, attend, smooth: torch.Tensor | None = None
 ) -> tuple[torch.Tensor, Quantized]:
     """One encoder layer (:func:`rows_ready`) on packed ``(tokens, hidden)`` states and their int8 codes
-    (``quantized``, :func:`quantize_tokens`'): the next states and their codes. ``attend(qkv)``: the attention of the
-    ``(tokens, 3 * hidden)`` queries, keys and values (the unpadded pass's, row by row). Between the products, each
-    step is one row-at-a-time call where the C kernel runs (:func:`rescale_norm`, :func:`gelu_requantize`): a layer's
-    states are quantized once, for all the products that read them."""
-    fused = layer.attention.self.packed_qkv
+    (``quantized``, :func:`quantize_tokens`' with the layer's :func:`input_scale`): the next states and their codes
+    (``smooth``: the next layer's :func:`input_scale`). ``attend(qkv)``: the attention of the ``(tokens, 3 * hidden)``
+    queries, keys and values (the unpadded pass's, row by row). Between the products, each step is one row-at-a-time
+    call where the C kernel runs (:func:`rescale_norm`, :func:`gelu_requantize`): a layer's states are quantized
+    once, for all the products that read them."""
+    fused, dense = layer.attention.self.packed_qkv, layer.attention.output.dense
     context = attend(fused.rescale(fused.product(quantized[0]), *quantized[1:]))
-    hidden, quantized = _norm_block(layer.attention.output, quantize_tokens(context), hidden)
-    return _feed_forward(layer, hidden, quantized)
+    hidden, quantized = _norm_block(
+        layer.attention.output, quantize_tokens(context, dense.input_scale), hidden, layer.intermediate.dense.input_scale
+    )  # fmt: skip
+    return _feed_forward(layer, hidden, quantized, smooth)
 
 
 def quantized_first_tokens(
@@ -369,5 +556,10 @@ def quantized_first_tokens(
     keys_values = pairs.rescale(pairs.product(quantized[0]), *quantized[1:])
     first = tuple(part.index_select(0, firsts) for part in quantized)
     context = attend(query.rescale(query.product(first[0]), *first[1:]), keys_values)
-    states, quantized = _norm_block(layer.attention.output, quantize_tokens(context), hidden.index_select(0, firsts))
-    return _feed_forward(layer, states, quantized)[0]
+    states, quantized = _norm_block(
+        layer.attention.output,
+        quantize_tokens(context, layer.attention.output.dense.input_scale),
+        hidden.index_select(0, firsts),
+        layer.intermediate.dense.input_scale,
+    )
+    return _feed_forward(layer, states, quantized, None)[0]

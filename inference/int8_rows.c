@@ -8,7 +8,8 @@
  * - as2hub_requantize (between the two feed-forward products): through GELU;
  * - as2hub_rescale_norm (after the attention output's and the second feed-forward product): plus the residual, through
  *   the layer norm, written out in fp32 (the next residual);
- * and each row is quantized again to 8 bits over its own range, which includes 0 (int8.py's quantize_tokens):
+ * and each row is quantized again to 8 bits over its own range, which includes 0 (int8.py's quantize_tokens), after
+ * multiplying column c by smooth[c] where smooth is not NULL (the next product's smoothing, int8.py's Int8Linear):
  *   low = min(row, 0), high = max(row, 0), scale = max((high - low) / 255, 1e-12), zero = rint(-low / scale),
  *   code = clamp(rint(value / scale) + zero, 0, 255) - 128.
  * One row at a time, its values held in a row buffer (L1), so the row is read once from the product and its codes
@@ -21,10 +22,11 @@
  * vectorized erf: 1.5e-7). An 8-bit step of a GELU row is about 1e-2.
  *
  * Entry points (return 0, or 1 when out of memory):
- *   int as2hub_requantize(total, rows, cols, row_scale, row_zero, col_sum, col_scale, bias, gelu, codes, out_scale,
- *                         out_zero): bias may be NULL; gelu = 0 skips GELU.
+ *   int as2hub_requantize(total, rows, cols, row_scale, row_zero, col_sum, col_scale, bias, gelu, smooth, codes,
+ *                         out_scale, out_zero): bias and smooth may be NULL; gelu = 0 skips GELU.
  *   int as2hub_rescale_norm(total, rows, cols, row_scale, row_zero, col_sum, col_scale, bias, residual, gamma, beta,
- *                           eps, out, codes, out_scale, out_zero): codes may be NULL (no quantization).
+ *                           eps, smooth, out, codes, out_scale, out_zero): smooth may be NULL, codes too (no
+ *                           quantization); out holds the states themselves, not multiplied by smooth.
  */
 #include <stdint.h>
 #include <stdlib.h>
@@ -109,7 +111,7 @@ static inline void quantize_row(const float *buffer, int64_t cols, float low, fl
 
 int as2hub_requantize(const int32_t *total, int64_t rows, int64_t cols, const float *row_scale,
                       const float *row_zero, const float *col_sum, const float *col_scale, const float *bias, int use_gelu,
-                      int8_t *codes, float *out_scale, float *out_zero) {
+                      const float *smooth, int8_t *codes, float *out_scale, float *out_zero) {
     float *buffer = malloc(sizeof(float) * (size_t)(cols + LANES));
     if (!buffer) return 1;
     const int64_t whole = cols / LANES * LANES;
@@ -122,6 +124,7 @@ int as2hub_requantize(const int32_t *total, int64_t rows, int64_t cols, const fl
                          (splat(scale) * load_f(col_scale + c));
             if (bias) value += load_f(bias + c);
             if (use_gelu) value = gelu_v(value);
+            if (smooth) value *= load_f(smooth + c);
             memcpy(buffer + c, &value, sizeof value);
             low_v = select_v(value < low_v, value, low_v);
             high_v = select_v(value > high_v, value, high_v);
@@ -132,6 +135,7 @@ int as2hub_requantize(const int32_t *total, int64_t rows, int64_t cols, const fl
             float value = ((float)in[c] + shift * col_sum[c]) * (scale * col_scale[c]);
             if (bias) value += bias[c];
             if (use_gelu) value = gelu(value);
+            if (smooth) value *= smooth[c];
             buffer[c] = value;
             low = value < low ? value : low;
             high = value > high ? value : high;
@@ -147,8 +151,8 @@ int as2hub_requantize(const int32_t *total, int64_t rows, int64_t cols, const fl
  * (fp32, the next residual) and, where codes is not NULL, quantized per row for the next product. */
 int as2hub_rescale_norm(const int32_t *total, int64_t rows, int64_t cols, const float *row_scale, const float *row_zero,
                         const float *col_sum, const float *col_scale, const float *bias, const float *residual,
-                        const float *gamma, const float *beta, float eps, float *out, int8_t *codes, float *out_scale,
-                        float *out_zero) {
+                        const float *gamma, const float *beta, float eps, const float *smooth, float *out, int8_t *codes,
+                        float *out_scale, float *out_zero) {
     float *buffer = malloc(sizeof(float) * (size_t)(cols + LANES));
     if (!buffer) return 1;
     const int64_t whole = cols / LANES * LANES;
@@ -183,8 +187,12 @@ int as2hub_rescale_norm(const int32_t *total, int64_t rows, int64_t cols, const 
         float *row = out + r * cols;
         vecf low_v = splat(0.0f), high_v = splat(0.0f);
         for (int64_t c = 0; c < whole; c += LANES) {
-            const vecf value = (load_f(buffer + c) - splat(mean)) * splat(inverse_std) * load_f(gamma + c) + load_f(beta + c);
+            vecf value = (load_f(buffer + c) - splat(mean)) * splat(inverse_std) * load_f(gamma + c) + load_f(beta + c);
             memcpy(row + c, &value, sizeof value);
+            if (smooth) {  /* the codes' values: buffer's entry c is read for the last time above */
+                value *= load_f(smooth + c);
+                memcpy(buffer + c, &value, sizeof value);
+            }
             low_v = select_v(value < low_v, value, low_v);
             high_v = select_v(value > high_v, value, high_v);
         }
@@ -192,10 +200,12 @@ int as2hub_rescale_norm(const int32_t *total, int64_t rows, int64_t cols, const 
         lanes_range(low_v, high_v, &low, &high);
         for (int64_t c = whole; c < cols; c++) {
             row[c] = (buffer[c] - mean) * inverse_std * gamma[c] + beta[c];
-            low = row[c] < low ? row[c] : low;
-            high = row[c] > high ? row[c] : high;
+            const float value = smooth ? row[c] * smooth[c] : row[c];
+            if (smooth) buffer[c] = value;
+            low = value < low ? value : low;
+            high = value > high ? value : high;
         }
-        if (codes) quantize_row(row, cols, low, high, codes + r * cols, out_scale + r, out_zero + r);
+        if (codes) quantize_row(smooth ? buffer : row, cols, low, high, codes + r * cols, out_scale + r, out_zero + r);
     }
     free(buffer);
     return 0;

@@ -6,6 +6,8 @@ What is checked, and against what:
   rational function, so at most a few codes may sit one step away, none further; the same for
   :func:`~as2hub.inference.int8.rescale_norm` (a layer norm in float64), also for widths that are not whole vectors,
   and for the kernel built for AVX2 only;
+- with ``smooth`` (the next product's smoothing, ``Int8Linear.input_scale``): the codes are those of the values times
+  it, a layer norm's states are not;
 - the ranker's unpadded int8 pass through these steps (:func:`~as2hub.inference.int8.quantized_layer`) against the
   pass of torch's operations on the same model: scores within :data:`ROWS_ABS`, the kernel called;
 - when the pass takes them: one torch thread, int8 layers with the exact GELU, not with ``FEED_FORWARD_KERNEL =
@@ -74,33 +76,45 @@ def assert_codes_match(got, want):
     assert (zero.double() - want_zero).abs().max() <= 1
 
 
+def smoothing(width: int, smoothed: bool) -> torch.Tensor | None:
+    """Per-feature factors from 0.05 to 20 (an outlier feature shrunk, a quiet one stretched), or None."""
+    return torch.logspace(-1.3, 1.3, width)[torch.randperm(width, generator=torch.Generator().manual_seed(2))] if (
+        smoothed
+    ) else None  # fmt: skip
+
+
 @needs_compiler
 @pytest.mark.parametrize("width", [1536, 100])
-def test_gelu_requantize_kernel_is_the_stated_step(monkeypatch, width):
-    monkeypatch.setattr(int8, "FEED_FORWARD_KERNEL", "kernel")
+@pytest.mark.parametrize("smoothed", [False, True])
+def test_gelu_requantize_kernel_is_the_stated_step(monkeypatch, width, smoothed):
     inputs = products(376, width)
     values = rescaled(*inputs)
     gelu = values * 0.5 * (1 + torch.special.erf(values / 2**0.5))
     assert values.min() < -4 and values.max() > 4  # the range where erf's approximation is clamped, and beyond
-    assert_codes_match(gelu_requantize(*inputs), reference_codes(gelu))
-    monkeypatch.setattr(int8, "FEED_FORWARD_KERNEL", "torch")  # torch's operations: the same codes
-    assert_codes_match(gelu_requantize(*inputs), reference_codes(gelu))
+    smooth = smoothing(width, smoothed)
+    want = reference_codes(gelu if smooth is None else gelu * smooth.double())
+    for mode in ("kernel", "torch"):  # torch's operations: the same codes
+        monkeypatch.setattr(int8, "FEED_FORWARD_KERNEL", mode)
+        assert_codes_match(gelu_requantize(*inputs, smooth), want)
 
 
 @needs_compiler
 @pytest.mark.parametrize("width", [384, 100])
-def test_rescale_norm_kernel_is_the_layer_norm_and_its_codes(monkeypatch, width):
+@pytest.mark.parametrize("smoothed", [False, True])
+def test_rescale_norm_kernel_is_the_layer_norm_and_its_codes(monkeypatch, width, smoothed):
     generator = torch.Generator().manual_seed(1)
     inputs = products(200, width, seed=1)
     residual = torch.randn(200, width, generator=generator) * 3
     weight, bias = torch.rand(width, generator=generator) + 0.5, torch.randn(width, generator=generator) * 0.1
     summed = rescaled(*inputs) + residual.double()
     want = torch.nn.functional.layer_norm(summed, (width,), weight.double(), bias.double(), 1e-12)
+    smooth = smoothing(width, smoothed)
+    want_codes = reference_codes(want if smooth is None else want * smooth.double())
     for mode in ("kernel", "torch"):
         monkeypatch.setattr(int8, "FEED_FORWARD_KERNEL", mode)
-        states, *codes = rescale_norm(*inputs, residual, weight, bias, 1e-12)
-        assert states.dtype == torch.float32 and (states.double() - want).abs().max() <= 1e-5
-        assert_codes_match(codes, reference_codes(want))
+        states, *codes = rescale_norm(*inputs, residual, weight, bias, 1e-12, smooth)
+        assert states.dtype == torch.float32 and (states.double() - want).abs().max() <= 1e-5  # never smoothed
+        assert_codes_match(codes, want_codes)
 
 
 @needs_compiler
@@ -110,15 +124,15 @@ def test_kernel_built_for_avx2_only_gives_the_same_codes(tmp_path):
     flags = tuple("-march=x86-64-v3" if flag == "-march=native" else flag for flag in small_attention.FLAGS)
     lib = ctypes.CDLL(str(small_attention.build(directory=tmp_path, flags=flags, source=int8.ROWS_SOURCE)))
     total, scale, zero, weight_sum, weight_scale, bias = products(64, 1536)
+    smooth = smoothing(1536, True)
     codes, step, point = torch.empty(64, 1536, dtype=torch.int8), torch.empty(64), torch.empty(64)
     pointers = [t.data_ptr() for t in (scale, zero, weight_sum, weight_scale, bias)]
     lib.as2hub_requantize.argtypes = int8._ARGTYPES["as2hub_requantize"]
-    assert (
-        lib.as2hub_requantize(total.data_ptr(), 64, 1536, *pointers, 1, *(t.data_ptr() for t in (codes, step, point)))
-        == 0
-    )
+    outputs = (t.data_ptr() for t in (codes, step, point))
+    assert lib.as2hub_requantize(total.data_ptr(), 64, 1536, *pointers, 1, smooth.data_ptr(), *outputs) == 0
     values = rescaled(total, scale, zero, weight_sum, weight_scale, bias)
-    assert_codes_match((codes, step, point), reference_codes(values * 0.5 * (1 + torch.special.erf(values / 2**0.5))))
+    gelu = values * 0.5 * (1 + torch.special.erf(values / 2**0.5))
+    assert_codes_match((codes, step, point), reference_codes(gelu * smooth.double()))
 
 
 @needs_compiler
