@@ -17,6 +17,8 @@ that best against best, each repeat's ratio to the fastest CrossEncoder configur
   and ``CrossEncoder torch [bf16] compiled`` (its transformers model through ``torch.compile`` with the same options);
 - with ``--unpadded``: ``as2hub <torch backend> [compiled] unpadded`` (``Ranker.from_pretrained(..., unpadded=True)``:
   the dense layers on the real tokens only, ``inference/unpadded.py``);
+- ``as2hub torch-int8 ...``: its products smoothed by statistics of ``--int8_calibration_questions`` training
+  questions (64, drawn with seed 0; ``Ranker.calibrate_int8``, written into the copy the benchmark times);
 - with a CUDA backend (``--backends cuda-fp16,cuda-bf16``): ``CrossEncoder cuda fp16 / bf16`` on the GPU in the same
   precision (compiled too with ``--torch_compile``).
 
@@ -37,6 +39,7 @@ import gc
 import json
 import logging
 import os
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -105,6 +108,13 @@ def parse_args(argv=None):
         "question in one timed pass, the systems one after another (mode batched: one call is the pass)",
     )
     parser.add_argument("--max_length", type=int, default=256)
+    parser.add_argument(
+        "--int8_calibration_questions",
+        type=int,
+        default=64,
+        help="torch-int8: smooth its products with statistics of this many WikiQA training questions (seed 0; 0: "
+        "unsmoothed), written into the benchmark's copy of the ranker",
+    )
     parser.add_argument("--bootstrap", type=int, default=10000)
     parser.add_argument("--bf16", choices=("auto", "on", "off"), default="auto", help="bf16 rows (auto: bf16 CPUs)")
     parser.add_argument("--work_dir", default="/tmp/as2hub_bench_cascade")
@@ -353,6 +363,19 @@ def plot(report, path: Path) -> str | None:
     return str(path)
 
 
+def calibrate_int8(folder: Path, num_questions: int, max_length: int, seed: int = 0) -> dict:
+    """Write ``folder``'s int8 calibration (``Ranker.calibrate_int8``) from ``num_questions`` clean WikiQA training
+    questions drawn with ``seed``: what the JSON records of it."""
+    from as2hub.inference.ranking import Ranker
+
+    train = questions_of(None, "train")
+    picked = [train[i] for i in np.random.default_rng(seed).choice(len(train), num_questions, replace=False)]
+    questions = [question for _, question, cands, _ in picked for _ in cands]
+    candidates = [candidate for _, _, cands, _ in picked for candidate in cands]
+    Ranker.from_pretrained(folder, max_length=max_length).calibrate_int8(questions, candidates, save_to=folder)
+    return {"split": "train", "questions": num_questions, "pairs": len(questions), "seed": seed}
+
+
 def main(argv=None) -> dict:
     args = parse_args(argv)
     logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
@@ -363,6 +386,14 @@ def main(argv=None) -> dict:
         ours = as2hub_copy(source, work / "as2hub")  # a copy with its graphs (as2hub-export-onnx --quantize int8)
     else:
         ours = source
+    calibration = None
+    if "torch-int8" in args.backends and args.int8_calibration_questions:
+        if ours == source:  # never write into the original
+            ours = work / "as2hub"
+            if ours.exists():
+                shutil.rmtree(ours)
+            shutil.copytree(source, ours, ignore=shutil.ignore_patterns("onnx", "checkpoint-*", "runs", "*.jsonl"))
+        calibration = calibrate_int8(ours, args.int8_calibration_questions, args.max_length)
     folders = {"as2hub": ours, "peer": peer_folder(source, work / "peer")}
     data = questions_of(args.max_questions)
     num_pairs = sum(len(cands) for _, _, cands, _ in data)
@@ -443,6 +474,7 @@ def main(argv=None) -> dict:
             "threads": args.threads,
             "repeats": args.repeats,
             "max_length": args.max_length,
+            "int8_calibration": calibration,
             "mode": args.mode,
             "timing": "best of repeats; mode question: one call per question with all its candidates, batched: one "
             "call for all questions; tokenization included; systems interleaved",

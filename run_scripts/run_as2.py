@@ -14,7 +14,9 @@ The output folder is Hub-ready (config with auto_map, remote code, safetensors, 
 ``all_results.json`` and ``test_predictions.jsonl`` (every test question with its candidates ranked).
 ``--push_to_hub --hub_model_id namespace/name`` publishes it at the end of the run (``as2hub-push`` does the same for
 a finished run; ``--hub_push_adapter`` publishes a LoRA adapter instead of the merged model).
-``--export_onnx [--onnx_quantize int8]`` also writes ``onnx/model.onnx`` (and the int8 graph) for fast CPU ranking.
+``--export_onnx [--onnx_quantize int8]`` also writes ``onnx/model.onnx`` (and the int8 graph) for fast CPU ranking;
+``int8_calibration.safetensors`` (from 512 training pairs, ``--int8_calibration_pairs``) lets
+``Ranker.from_pretrained(folder, backend="torch-int8")`` smooth its int8 products.
 """
 
 import logging
@@ -166,8 +168,17 @@ class ExportArguments:
     onnx_quantize: str | None = field(
         default=None, metadata={"help": "With --export_onnx: also write a quantized graph ('int8')."}
     )
+    int8_calibration_pairs: int = field(
+        default=512,
+        metadata={
+            "help": "After saving, record from this many training pairs (drawn with --seed) what backend='torch-int8' "
+            "needs to smooth its products (int8_calibration.safetensors; Ranker.calibrate_int8); 0: none."
+        },
+    )
 
     def __post_init__(self):
+        if self.int8_calibration_pairs < 0:
+            raise ValueError(f"--int8_calibration_pairs must be 0 or more, got {self.int8_calibration_pairs}")
         if self.onnx_quantize is not None and not self.export_onnx:
             raise ValueError("--onnx_quantize needs --export_onnx")
         if self.export_onnx:  # fail before training, not after
@@ -356,6 +367,9 @@ def main(argv: list[str] | None = None) -> dict:
         )
         write_json_atomic(f"{training_args.output_dir}/all_results.json", results)
         remove_run_checkpoints(training_args)
+        if export_args.int8_calibration_pairs:
+            calibrate_int8(training_args.output_dir, splits["train"].dataset, export_args.int8_calibration_pairs,
+                           training_args.seed, contextual)  # fmt: skip
         if export_args.export_onnx:
             from as2hub.inference.onnx_export import export_onnx
 
@@ -363,6 +377,21 @@ def main(argv: list[str] | None = None) -> dict:
         if push:
             push(training_args.output_dir)
     return results
+
+
+def calibrate_int8(output_dir, train, pairs: int, seed: int, contextual: bool) -> None:
+    """Write the saved ranker's int8 calibration (:meth:`~as2hub.inference.ranking.Ranker.calibrate_int8`) from
+    ``pairs`` training rows drawn with ``seed`` (all of them where there are fewer)."""
+    import random
+
+    from as2hub.inference.ranking import Ranker
+
+    rows = sorted(random.Random(seed).sample(range(len(train)), min(pairs, len(train))))
+    picked = train.select(rows)
+    contexts = list(picked["context"]) if contextual else None
+    ranker = Ranker.from_pretrained(output_dir)
+    ranker.calibrate_int8(list(picked["question"]), list(picked["candidate"]), contexts, save_to=output_dir)
+    logger.info("int8 calibration: %d training pairs -> %s/int8_calibration.safetensors", len(rows), output_dir)
 
 
 def cli(argv: list[str] | None = None) -> int:

@@ -11,6 +11,7 @@ from sklearn.metrics import average_precision_score
 from transformers import AutoModelForSequenceClassification
 
 from as2hub.data_collators import AS2DataError
+from as2hub.inference.int8 import CALIBRATION_FILE, load_calibration
 from as2hub.inference.ranking import Ranker
 from as2hub.run_scripts import run_as2
 from as2hub.serving.options import ScoreConfig, ServeConfig
@@ -96,12 +97,19 @@ def test_fine_tune_writes_a_hub_ready_folder_and_ranked_predictions(stock_checkp
     assert ServeConfig(model=str(out)).load_ranker().max_length == 48
     assert ScoreConfig(model=str(out)).load_ranker().max_length == 48
     assert Ranker.from_pretrained(out, max_length=32).max_length == 32  # a given one wins
+    # the int8 calibration of the saved weights, from the training pairs: torch-int8 smooths its products with it
+    maxima = load_calibration(out)
+    assert maxima is not None and len(maxima) == 4 * config["num_hidden_layers"]
+    layer = Ranker.from_pretrained(out, backend="torch-int8").model.base_model.encoder.layer[0]
+    assert layer.attention.self.packed_qkv.input_scale is not None
 
 
 def test_pairwise_lora_saves_the_adapter_and_a_merged_model(stock_checkpoint, tmp_path):
     with transformers_messages() as messages:
-        run_as2.main(tiny_args(tmp_path, stock_checkpoint("roberta"), "--pairwise", "--use_lora", "--lora_r", "4"))
+        run_as2.main(tiny_args(tmp_path, stock_checkpoint("roberta"), "--pairwise", "--use_lora", "--lora_r", "4",
+                               "--int8_calibration_pairs", "0"))  # fmt: skip
     out = tmp_path / "out"
+    assert not (out / CALIBRATION_FILE).exists()
     assert (out / "lora_adapter" / "adapter_config.json").exists()
     # PEFT's save (each checkpoint, then lora_adapter/) no longer reads the stock base with as2hub's config class
     # (issue 47: "You are using a model of type `roberta` to instantiate a model of type `contextual_roberta`")
