@@ -318,15 +318,31 @@ def save_calibration(folder, maxima: dict[str, torch.Tensor], pairs: int) -> Pat
     return target
 
 
+def calibration_path(folder) -> Path | None:
+    """Where ``folder``'s :data:`CALIBRATION_FILE` is: in a local folder, or for a Hub id its download (beside the
+    weights ``from_pretrained`` fetched); ``None`` where the folder or repository has none."""
+    if Path(folder).is_dir():
+        path = Path(folder) / CALIBRATION_FILE
+        return path if path.is_file() else None
+    from huggingface_hub import hf_hub_download
+    from huggingface_hub.errors import EntryNotFoundError, LocalEntryNotFoundError
+
+    try:
+        return Path(hf_hub_download(str(folder), CALIBRATION_FILE))
+    except (EntryNotFoundError, LocalEntryNotFoundError):  # none in the repository, or offline and not cached
+        return None
+
+
 def load_calibration(folder) -> dict[str, torch.Tensor] | None:
-    """``folder``'s :data:`CALIBRATION_FILE` (:func:`save_calibration`): its statistics, or ``None`` where it has none
-    or they came from other weights (a warning says so). An unreadable file raises ``ValueError`` naming it."""
+    """``folder``'s :data:`CALIBRATION_FILE` (:func:`save_calibration`; ``folder`` a local folder or a Hub id): its
+    statistics, or ``None`` where it has none or they came from other weights (a warning says so). An unreadable file
+    raises ``ValueError`` naming it."""
     from safetensors import safe_open
 
     from as2hub.modeling.folders import weights_sha256
 
-    path = Path(folder) / CALIBRATION_FILE
-    if not path.is_file():
+    path = calibration_path(folder)
+    if path is None:
         return None
     try:
         with safe_open(str(path), framework="pt") as handle:
@@ -334,7 +350,7 @@ def load_calibration(folder) -> dict[str, torch.Tensor] | None:
             maxima = {key: handle.get_tensor(key) for key in handle.keys()}
     except Exception as error:  # safetensors raises its own error types for a truncated or foreign file
         raise ValueError(f"{path}: not a readable int8 calibration ({error}); delete it or write it again") from error
-    if metadata.get("as2hub.weights_sha256") != weights_sha256(Path(folder)):
+    if metadata.get("as2hub.weights_sha256") != weights_sha256(path.parent):
         logger.warning(
             "%s: calibrated for other weights, ignored (torch-int8 unsmoothed); write it again: "
             "Ranker.calibrate_int8(questions, candidates, save_to=folder)",

@@ -222,3 +222,24 @@ def test_only_an_eager_fp32_ranker_calibrates(stock_checkpoint, tmp_path, monkey
     with pytest.raises(OSError, match="disk full"):
         calibrate(ranker, folder)
     assert not (folder / CALIBRATION_FILE).exists()
+
+
+def test_a_hub_id_reads_the_repositorys_calibration_beside_its_weights(stock_checkpoint, tmp_path, monkeypatch):
+    import huggingface_hub
+    from huggingface_hub.errors import EntryNotFoundError
+
+    folder = tmp_path / "snapshot"  # stands for the Hub cache's snapshot of tester/ranker
+    maxima = calibrate(outlier_ranker(stock_checkpoint, folder, "bert", contextual=False), folder)
+    asked = []
+
+    def download(repo_id, filename, **kwargs):
+        asked.append((repo_id, filename))
+        if repo_id != "tester/ranker":
+            raise EntryNotFoundError(f"{filename} not in {repo_id}")
+        return str(folder / filename)
+
+    monkeypatch.setattr(huggingface_hub, "hf_hub_download", download)
+    loaded = int8.load_calibration("tester/ranker")
+    assert asked == [("tester/ranker", CALIBRATION_FILE)]
+    assert loaded.keys() == maxima.keys() and all(torch.equal(loaded[key], maxima[key]) for key in maxima)
+    assert int8.load_calibration("tester/uncalibrated") is None

@@ -310,7 +310,7 @@ def test_each_revision_holds_exactly_the_validated_folder(hub, published):  # pu
     code = {"configuration_contextual_as2.py", "modeling_contextual_as2.py", "hub_common.py"}
     tokenizer = {"tokenizer.json", "tokenizer_config.json"}
     common = {".gitattributes", "README.md", "config.json", *tokenizer}
-    assert set(hub.head("tester/ranker").files) == common | code | {"model.safetensors"}
+    assert set(hub.head("tester/ranker").files) == common | code | {"model.safetensors", "int8_calibration.safetensors"}
     assert set(hub.head("tester/ranker-lora").files) == common | code | {
         "adapter_config.json",
         "adapter_model.safetensors",

@@ -132,6 +132,7 @@ RANKER_FILES = {
     "modeling_contextual_as2.py",
     "hub_common.py",
     "README.md",
+    "int8_calibration.safetensors",  # --int8_calibration_pairs (512 by default)
     "as2hub_run.json",
     "all_results.json",
     "test_predictions.jsonl",
