@@ -490,8 +490,8 @@ def rescale_norm(
     the layer's tensors as in :func:`gelu_requantize`): the rescaled outputs plus ``residual`` through the layer norm
     (``norm_weight``, ``norm_bias``, ``eps``), and those states quantized per token for the next product:
     ``(states, codes, scale, zero)``, the codes those of ``states * smooth`` where ``smooth`` is given (the next
-    product's :attr:`Int8Linear.input_scale`). With one torch thread on the CPU one call of ``int8_rows.c``, a row at a time;
-    else torch's operations."""
+    product's :attr:`Int8Linear.input_scale`). With one torch thread on the CPU one call of ``int8_rows.c``, a row at
+    a time; else torch's operations."""
     if total.device.type == "cpu" and use_rows_kernel():
         inputs, quantized = _kernel_inputs(
             total, scale, zero, weight_sum, weight_scale, bias, residual, norm_weight, norm_bias, smooth
@@ -562,9 +562,8 @@ def quantized_layer(
     once, for all the products that read them."""
     fused, dense = layer.attention.self.packed_qkv, layer.attention.output.dense
     context = attend(fused.rescale(fused.product(quantized[0]), *quantized[1:]))
-    hidden, quantized = _norm_block(
-        layer.attention.output, quantize_tokens(context, dense.input_scale), hidden, layer.intermediate.dense.input_scale
-    )  # fmt: skip
+    codes = quantize_tokens(context, dense.input_scale)
+    hidden, quantized = _norm_block(layer.attention.output, codes, hidden, layer.intermediate.dense.input_scale)
     return _feed_forward(layer, hidden, quantized, smooth)
 
 

@@ -395,9 +395,10 @@ class Ranker:
         encoder product input's largest magnitude per feature while this fp32 ranker scores the pairs (``questions``
         and ``candidates`` side by side, as :meth:`score_pairs`). ``save_to``: the ranker's folder, where
         :data:`~as2hub.inference.int8.CALIBRATION_FILE` is written (stamped with its weights) and read by every later
-        ``Ranker.from_pretrained(folder, backend="torch-int8")`` (a Hub id too, once the folder is pushed). A few hundred pairs like the ones to rank: on WikiQA
-        dev, statistics from 606 training pairs brought the scores' mean distance from fp32 from 0.018 to 0.009 (in
-        logits), from 5 unrelated pairs only to 0.015 (AVX-512 EPYC, 2026-11-30). Returns the statistics.
+        ``Ranker.from_pretrained(folder, backend="torch-int8")`` (by its Hub id too, once the folder is pushed). A few
+        hundred pairs like the ones to rank: on WikiQA dev, statistics from 606 training pairs brought the scores' mean
+        distance from fp32 from 0.018 to 0.009 (in logits), from 5 unrelated pairs only to 0.015 (AVX-512 EPYC,
+        2026-11-30). Returns the statistics.
 
         Example:
             >>> ranker = Ranker.from_pretrained("path/to/ranker")  # doctest: +SKIP

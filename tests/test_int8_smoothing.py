@@ -10,8 +10,9 @@ What is checked, and against what:
   on every path (padded, unpadded through the C steps and through torch's, compiled), each scoring as a float64
   reference of the scheme built here from the statistics (tiny models with outlier features, BERT-style and RoBERTa
   tokenizers), apart from the unsmoothed products; whether smoothing brings a real ranker closer to fp32 is measured
-  on WikiQA (``inference/BACKENDS.md``); statistics of other weights are ignored with a warning, a broken file or statistics of another
-  shape raise an error naming the file; an int8 or compiled ranker cannot calibrate.
+  on WikiQA (``inference/BACKENDS.md``); statistics of other weights are ignored with a warning, a broken file or
+  statistics of another shape raise an error naming the file; an int8 or compiled ranker cannot calibrate; a Hub id
+  reads the repository's file.
 """
 
 import logging
