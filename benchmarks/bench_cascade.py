@@ -39,7 +39,6 @@ import gc
 import json
 import logging
 import os
-import shutil
 import sys
 import time
 from pathlib import Path
@@ -389,10 +388,7 @@ def main(argv=None) -> dict:
     calibration = None
     if "torch-int8" in args.backends and args.int8_calibration_questions:
         if ours == source:  # never write into the original
-            ours = work / "as2hub"
-            if ours.exists():
-                shutil.rmtree(ours)
-            shutil.copytree(source, ours, ignore=shutil.ignore_patterns("onnx", "checkpoint-*", "runs", "*.jsonl"))
+            ours = as2hub_copy(source, work / "as2hub", export=False)
         calibration = calibrate_int8(ours, args.int8_calibration_questions, args.max_length)
     folders = {"as2hub": ours, "peer": peer_folder(source, work / "peer")}
     data = questions_of(args.max_questions)

@@ -131,14 +131,16 @@ def build_untrained(folder: Path, contextual: bool) -> Path:
     return folder
 
 
-def as2hub_copy(source: Path, target: Path) -> Path:
-    """Copy the model folder (never write into the original) and export its graphs with as2hub-export-onnx."""
+def as2hub_copy(source: Path, target: Path, export: bool = True) -> Path:
+    """Copy the model folder (never write into the original) and, with ``export``, export its graphs with
+    as2hub-export-onnx."""
     from as2hub.inference.onnx_export import export_onnx
 
     if target.exists():
         shutil.rmtree(target)
     shutil.copytree(source, target, ignore=shutil.ignore_patterns("onnx", "checkpoint-*", "runs", "*.jsonl"))
-    export_onnx(target, quantize="int8")
+    if export:
+        export_onnx(target, quantize="int8")
     return target
 
 

@@ -313,8 +313,11 @@ def save_calibration(folder, maxima: dict[str, torch.Tensor], pairs: int) -> Pat
     target = folder / CALIBRATION_FILE
     partial = folder / f".{CALIBRATION_FILE}.partial"
     metadata = {"as2hub.weights_sha256": weights_sha256(folder) or "", "as2hub.pairs": str(pairs)}
-    save_file({key: value.contiguous() for key, value in maxima.items()}, str(partial), metadata=metadata)
-    os.replace(partial, target)
+    try:
+        save_file({key: value.contiguous() for key, value in maxima.items()}, str(partial), metadata=metadata)
+        os.replace(partial, target)
+    finally:
+        partial.unlink(missing_ok=True)  # a write that failed leaves nothing behind
     return target
 
 

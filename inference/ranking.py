@@ -407,7 +407,7 @@ class Ranker:
             ...     "path/to/ranker", backend="torch-int8", unpadded=True, torch_compile=True
             ... )
         """
-        if self.backend != "torch" or not isinstance(self.model, torch.nn.Module) or hasattr(self.model, "warm_up"):
+        if self.backend != "torch" or not isinstance(self.model, torch.nn.Module):  # compiled: not a Module
             raise ValueError(
                 f"calibrate_int8 reads the fp32 model's own activations: load the ranker with backend='torch' and "
                 f"without torch_compile (this one runs {self.backend!r})"

@@ -384,6 +384,7 @@ def calibrate_int8(output_dir, train, pairs: int, seed: int, contextual: bool) -
     ``pairs`` training rows drawn with ``seed`` (all of them where there are fewer)."""
     import random
 
+    from as2hub.inference.int8 import CALIBRATION_FILE
     from as2hub.inference.ranking import Ranker
 
     rows = sorted(random.Random(seed).sample(range(len(train)), min(pairs, len(train))))
@@ -391,7 +392,7 @@ def calibrate_int8(output_dir, train, pairs: int, seed: int, contextual: bool) -
     contexts = list(picked["context"]) if contextual else None
     ranker = Ranker.from_pretrained(output_dir)
     ranker.calibrate_int8(list(picked["question"]), list(picked["candidate"]), contexts, save_to=output_dir)
-    logger.info("int8 calibration: %d training pairs -> %s/int8_calibration.safetensors", len(rows), output_dir)
+    logger.info("int8 calibration: %d training pairs -> %s/%s", len(rows), output_dir, CALIBRATION_FILE)
 
 
 def cli(argv: list[str] | None = None) -> int:
