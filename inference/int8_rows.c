@@ -9,7 +9,9 @@
  * - as2hub_rescale_norm (after the attention output's and the second feed-forward product): plus the residual, through
  *   the layer norm, written out in fp32 (the next residual);
  * and each row is quantized again to 8 bits over its own range, which includes 0 (int8.py's quantize_tokens), after
- * multiplying column c by smooth[c] where smooth is not NULL (the next product's smoothing, int8.py's Int8Linear):
+ * multiplying column c by smooth[c] where smooth is not NULL (the next product's smoothing, int8.py's Int8Linear) and,
+ * where rotate > 0, transforming each block of rotate columns (a power of two, 16 .. 128) by the Hadamard matrix of its
+ * size, unnormalized (int8.py's hadamard: the next product's weights hold the inverse rotation):
  *   low = min(row, 0), high = max(row, 0), scale = max((high - low) / 255, 1e-12), zero = rint(-low / scale),
  *   code = clamp(rint(value / scale) + zero, 0, 255) - 128.
  * One row at a time, its values held in a row buffer (L1), so the row is read once from the product and its codes
@@ -21,12 +23,15 @@
  * degree 6 and Q of degree 4; largest error 5.8e-8 in exact arithmetic, 4.4e-7 evaluated in float (PyTorch's
  * vectorized erf: 1.5e-7). An 8-bit step of a GELU row is about 1e-2.
  *
- * Entry points (return 0, or 1 when out of memory):
- *   int as2hub_requantize(total, rows, cols, row_scale, row_zero, col_sum, col_scale, bias, gelu, smooth, codes,
- *                         out_scale, out_zero): bias and smooth may be NULL; gelu = 0 skips GELU.
+ * Entry points (return 0, 1 when out of memory, 2 for a rotate they cannot do):
+ *   int as2hub_quantize(values, rows, cols, smooth, rotate, codes, out_scale, out_zero): fp32 rows quantized as above
+ *                       (int8.py's quantize_tokens); smooth may be NULL, rotate 0.
+ *   int as2hub_requantize(total, rows, cols, row_scale, row_zero, col_sum, col_scale, bias, gelu, smooth, rotate,
+ *                         codes, out_scale, out_zero): bias and smooth may be NULL; gelu = 0 skips GELU; rotate = 0
+ *                         skips the rotation.
  *   int as2hub_rescale_norm(total, rows, cols, row_scale, row_zero, col_sum, col_scale, bias, residual, gamma, beta,
- *                           eps, smooth, out, codes, out_scale, out_zero): smooth may be NULL, codes too (no
- *                           quantization); out holds the states themselves, not multiplied by smooth.
+ *                           eps, smooth, rotate, out, codes, out_scale, out_zero): smooth may be NULL, codes too (no
+ *                           quantization); out holds the states themselves, not multiplied by smooth nor rotated.
  */
 #include <stdint.h>
 #include <stdlib.h>
@@ -90,6 +95,75 @@ static inline void lanes_range(vecf low_v, vecf high_v, float *low, float *high)
     }
 }
 
+/* Each block of `block` values of buffer (cols of them) times the Hadamard matrix of that size (Sylvester's, entries
+ * +-1), in place: log2(block) butterfly stages. 16 values per vector whatever the lanes (GCC and Clang split a wider
+ * vector into the machine's registers), so that the stages inside a vector (pairs 1, 2, 4, 8 apart: one shuffle and
+ * one multiply-add each) and those between vectors (16 .. 64 apart: adds and subtracts) are the same on every CPU. */
+typedef float v16f __attribute__((vector_size(64)));
+typedef int32_t v16i __attribute__((vector_size(64)));
+
+#if defined(__AVX512F__)
+#include <immintrin.h>
+static inline v16f min16(v16f a, v16f b) { return (v16f)_mm512_min_ps((__m512)a, (__m512)b); }
+static inline v16f max16(v16f a, v16f b) { return (v16f)_mm512_max_ps((__m512)a, (__m512)b); }
+#else
+static inline v16f min16(v16f a, v16f b) { const v16i m = a < b; return (v16f)(((v16i)a & m) | ((v16i)b & ~m)); }
+static inline v16f max16(v16f a, v16f b) { const v16i m = a > b; return (v16f)(((v16i)a & m) | ((v16i)b & ~m)); }
+#endif
+
+static inline v16f pair_stage(v16f v, int h) {
+    const v16i lane = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
+    const v16f partner = __builtin_shuffle(v, lane ^ h);
+    const v16f sign = __builtin_convertvector(1 + 2 * ((lane & h) != 0), v16f);  /* a true compare is -1 */
+    return v * sign + partner;  /* lane i without bit h: x[i] + x[i + h]; with it: x[i - h] - x[i] */
+}
+
+/* one block of count vectors (count a constant where inlined: the block stays in registers) rotated in place, its
+ * values folded into the running minimum and maximum */
+static inline __attribute__((always_inline)) void rotate_block(float *b, const int count, v16f *low, v16f *high) {
+    v16f x[8];
+    _Pragma("GCC unroll 8") for (int v = 0; v < count; v++) {
+        memcpy(&x[v], b + 16 * v, sizeof x[v]);
+        x[v] = pair_stage(pair_stage(pair_stage(pair_stage(x[v], 1), 2), 4), 8);
+    }
+    _Pragma("GCC unroll 8") for (int h = 1; h < count; h *= 2)
+        _Pragma("GCC unroll 8") for (int i = 0; i < count; i += 2 * h)
+            _Pragma("GCC unroll 8") for (int j = i; j < i + h; j++) {
+                const v16f sum = x[j] + x[j + h], difference = x[j] - x[j + h];
+                x[j] = sum;
+                x[j + h] = difference;
+            }
+    _Pragma("GCC unroll 8") for (int v = 0; v < count; v++) {
+        *low = min16(x[v], *low);
+        *high = max16(x[v], *high);
+        memcpy(b + 16 * v, &x[v], sizeof x[v]);
+    }
+}
+
+/* buffer's blocks (of block values: 16, 32, 64 or 128) rotated in place, and the smallest and largest of the results
+ * and 0: one pass */
+static void hadamard_blocks(float *buffer, int64_t cols, int64_t block, float *low, float *high) {
+    v16f low_v = {}, high_v = {};
+    for (int64_t start = 0; start < cols; start += block) {
+        switch (block) {
+            case 128: rotate_block(buffer + start, 8, &low_v, &high_v); break;
+            case 64: rotate_block(buffer + start, 4, &low_v, &high_v); break;
+            case 32: rotate_block(buffer + start, 2, &low_v, &high_v); break;
+            default: rotate_block(buffer + start, 1, &low_v, &high_v); break;
+        }
+    }
+    *low = 0.0f;
+    *high = 0.0f;
+    for (int i = 0; i < 16; i++) {
+        *low = low_v[i] < *low ? low_v[i] : *low;
+        *high = high_v[i] > *high ? high_v[i] : *high;
+    }
+}
+
+static int rotation_ok(int64_t cols, int rotate) {
+    return rotate == 0 || ((rotate == 16 || rotate == 32 || rotate == 64 || rotate == 128) && cols % rotate == 0);
+}
+
 /* a row of fp32 values (buffer) quantized to 8 bits over its own range, which includes 0; low and high are the row's
  * minimum and maximum */
 static inline void quantize_row(const float *buffer, int64_t cols, float low, float high, int8_t *out, float *out_scale,
@@ -109,9 +183,42 @@ static inline void quantize_row(const float *buffer, int64_t cols, float low, fl
     *out_zero = zero;
 }
 
+int as2hub_quantize(const float *values, int64_t rows, int64_t cols, const float *smooth, int rotate, int8_t *codes,
+                    float *out_scale, float *out_zero) {
+    if (!rotation_ok(cols, rotate)) return 2;
+    float *buffer = malloc(sizeof(float) * (size_t)(cols + LANES));
+    if (!buffer) return 1;
+    const int64_t whole = cols / LANES * LANES;
+    for (int64_t r = 0; r < rows; r++) {
+        const float *in = values + r * cols;
+        vecf low_v = splat(0.0f), high_v = splat(0.0f);
+        for (int64_t c = 0; c < whole; c += LANES) {
+            vecf value = load_f(in + c);
+            if (smooth) value *= load_f(smooth + c);
+            memcpy(buffer + c, &value, sizeof value);
+            if (!rotate) {  /* else the rotation's pass takes the range */
+                low_v = select_v(value < low_v, value, low_v);
+                high_v = select_v(value > high_v, value, high_v);
+            }
+        }
+        float low, high;
+        lanes_range(low_v, high_v, &low, &high);
+        for (int64_t c = whole; c < cols; c++) {
+            buffer[c] = smooth ? in[c] * smooth[c] : in[c];
+            low = buffer[c] < low ? buffer[c] : low;
+            high = buffer[c] > high ? buffer[c] : high;
+        }
+        if (rotate) hadamard_blocks(buffer, cols, rotate, &low, &high);
+        quantize_row(buffer, cols, low, high, codes + r * cols, out_scale + r, out_zero + r);
+    }
+    free(buffer);
+    return 0;
+}
+
 int as2hub_requantize(const int32_t *total, int64_t rows, int64_t cols, const float *row_scale,
                       const float *row_zero, const float *col_sum, const float *col_scale, const float *bias, int use_gelu,
-                      const float *smooth, int8_t *codes, float *out_scale, float *out_zero) {
+                      const float *smooth, int rotate, int8_t *codes, float *out_scale, float *out_zero) {
+    if (!rotation_ok(cols, rotate)) return 2;
     float *buffer = malloc(sizeof(float) * (size_t)(cols + LANES));
     if (!buffer) return 1;
     const int64_t whole = cols / LANES * LANES;
@@ -126,8 +233,10 @@ int as2hub_requantize(const int32_t *total, int64_t rows, int64_t cols, const fl
             if (use_gelu) value = gelu_v(value);
             if (smooth) value *= load_f(smooth + c);
             memcpy(buffer + c, &value, sizeof value);
-            low_v = select_v(value < low_v, value, low_v);
-            high_v = select_v(value > high_v, value, high_v);
+            if (!rotate) {  /* else the rotation's pass takes the range */
+                low_v = select_v(value < low_v, value, low_v);
+                high_v = select_v(value > high_v, value, high_v);
+            }
         }
         float low, high;
         lanes_range(low_v, high_v, &low, &high);
@@ -140,6 +249,7 @@ int as2hub_requantize(const int32_t *total, int64_t rows, int64_t cols, const fl
             low = value < low ? value : low;
             high = value > high ? value : high;
         }
+        if (rotate) hadamard_blocks(buffer, cols, rotate, &low, &high);
         quantize_row(buffer, cols, low, high, codes + r * cols, out_scale + r, out_zero + r);
     }
     free(buffer);
@@ -151,11 +261,13 @@ int as2hub_requantize(const int32_t *total, int64_t rows, int64_t cols, const fl
  * (fp32, the next residual) and, where codes is not NULL, quantized per row for the next product. */
 int as2hub_rescale_norm(const int32_t *total, int64_t rows, int64_t cols, const float *row_scale, const float *row_zero,
                         const float *col_sum, const float *col_scale, const float *bias, const float *residual,
-                        const float *gamma, const float *beta, float eps, const float *smooth, float *out, int8_t *codes,
-                        float *out_scale, float *out_zero) {
+                        const float *gamma, const float *beta, float eps, const float *smooth, int rotate, float *out,
+                        int8_t *codes, float *out_scale, float *out_zero) {
+    if (!rotation_ok(cols, rotate)) return 2;
     float *buffer = malloc(sizeof(float) * (size_t)(cols + LANES));
     if (!buffer) return 1;
     const int64_t whole = cols / LANES * LANES;
+    const int staged = smooth || rotate;  /* the codes' values go through buffer rather than out */
     for (int64_t r = 0; r < rows; r++) {
         const int32_t *in = total + r * cols;
         const float *res = residual + r * cols;
@@ -189,23 +301,24 @@ int as2hub_rescale_norm(const int32_t *total, int64_t rows, int64_t cols, const 
         for (int64_t c = 0; c < whole; c += LANES) {
             vecf value = (load_f(buffer + c) - splat(mean)) * splat(inverse_std) * load_f(gamma + c) + load_f(beta + c);
             memcpy(row + c, &value, sizeof value);
-            if (smooth) {  /* the codes' values: buffer's entry c is read for the last time above */
-                value *= load_f(smooth + c);
-                memcpy(buffer + c, &value, sizeof value);
+            if (smooth) value *= load_f(smooth + c);
+            if (staged) memcpy(buffer + c, &value, sizeof value);  /* the codes' values: entry c was read above */
+            if (!rotate) {  /* else the rotation's pass takes the range */
+                low_v = select_v(value < low_v, value, low_v);
+                high_v = select_v(value > high_v, value, high_v);
             }
-            low_v = select_v(value < low_v, value, low_v);
-            high_v = select_v(value > high_v, value, high_v);
         }
         float low, high;
         lanes_range(low_v, high_v, &low, &high);
         for (int64_t c = whole; c < cols; c++) {
             row[c] = (buffer[c] - mean) * inverse_std * gamma[c] + beta[c];
             const float value = smooth ? row[c] * smooth[c] : row[c];
-            if (smooth) buffer[c] = value;
+            if (staged) buffer[c] = value;
             low = value < low ? value : low;
             high = value > high ? value : high;
         }
-        if (codes) quantize_row(smooth ? buffer : row, cols, low, high, codes + r * cols, out_scale + r, out_zero + r);
+        if (codes && rotate) hadamard_blocks(buffer, cols, rotate, &low, &high);
+        if (codes) quantize_row(staged ? buffer : row, cols, low, high, codes + r * cols, out_scale + r, out_zero + r);
     }
     free(buffer);
     return 0;

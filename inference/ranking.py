@@ -414,10 +414,10 @@ class Ranker:
             )
         if not questions:
             raise ValueError("calibrate_int8 needs at least one (question, candidate) pair")
-        maxima = int8.input_maxima(self.model, lambda: self.score_pairs(questions, candidates, contexts))
+        calibration = int8.calibrate(self.model, lambda: self.score_pairs(questions, candidates, contexts))
         if save_to is not None:
-            int8.save_calibration(save_to, maxima, len(questions))
-        return maxima
+            int8.save_calibration(save_to, calibration, len(questions))
+        return calibration
 
     def rank_many(
         self,

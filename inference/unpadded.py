@@ -312,11 +312,12 @@ def _quantized_stage(model, layers, hidden, plan: UnpaddedBatch, firsts, last: b
     attention = layers[0].attention.self
     heads, head_size = attention.num_attention_heads, attention.attention_head_size
     scale = getattr(attention, "scaling", head_size**-0.5)
-    quantized = int8.quantize_tokens(hidden, int8.input_scale(layers[0]))
+    first_reader = int8.reader(layers[0])
+    quantized = int8.quantize_rows(hidden, first_reader.input_scale, first_reader.rotation)
     body = layers[:-1] if last else layers
     for position, layer in enumerate(body):
-        # the codes each layer hands on are for the next layer's products (its smoothing); none after the stage's end
-        following = int8.input_scale(layers[position + 1]) if position + 1 < len(layers) else None
+        # the codes each layer hands on are for the next layer's products (smoothed, rotated); none after the stage
+        following = int8.reader(layers[position + 1]) if position + 1 < len(layers) else None
         hidden, quantized = int8.quantized_layer(
             layer, hidden, quantized, lambda qkv: rowwise_attention(qkv, plan.pattern, heads, scale), following
         )

@@ -7,7 +7,9 @@ What is checked, and against what:
   :func:`~as2hub.inference.int8.rescale_norm` (a layer norm in float64), also for widths that are not whole vectors,
   and for the kernel built for AVX2 only;
 - with ``smooth`` (the next product's smoothing, ``Int8Linear.input_scale``): the codes are those of the values times
-  it, a layer norm's states are not;
+  it, a layer norm's states are not; with ``rotate`` (``Int8Linear.rotation``) those of the values then times a
+  block-diagonal Hadamard matrix built here as a Kronecker power (not by the butterflies under test); a block the
+  kernel cannot do is refused;
 - the ranker's unpadded int8 pass through these steps (:func:`~as2hub.inference.int8.quantized_layer`) against the
   pass of torch's operations on the same model: scores within :data:`ROWS_ABS`, the kernel called;
 - when the pass takes them: one torch thread, int8 layers with the exact GELU, not with ``FEED_FORWARD_KERNEL =
@@ -34,9 +36,9 @@ needs_compiler = pytest.mark.skipif(
 # moves 3.5% of them (a step is 1/255 of a row's range).
 ONE_STEP_SHARE = 1e-3
 # The unpadded int8 pass through the kernel against torch's operations on the same tiny models: the same integers up
-# to such boundary cases (measured 9e-5, 1.2e-5 and 8.6e-6 on these models, 2026-11-30); the bound of a pair alone
-# against its batch (test_int8_ranking.BATCH_ABS).
-ROWS_ABS = 1e-3
+# to such boundary cases (measured 9e-5, 1.2e-5 and 8.6e-6 on these models before the rotation; with it one pair of
+# 30 at 1.5e-3, AVX-512 EPYC, 2026-11-30); the bound of a pair alone against its batch (test_int8_ranking.BATCH_ABS).
+ROWS_ABS = 5e-3
 
 
 def products(tokens: int, width: int, seed: int = 0):
@@ -76,6 +78,26 @@ def assert_codes_match(got, want):
     assert (zero.double() - want_zero).abs().max() <= 1
 
 
+def hadamard_matrix(width: int, block: int) -> torch.Tensor:
+    """float64, block-diagonal: Sylvester's Hadamard matrix of size ``block`` (a Kronecker power of [[1, 1], [1, -1]])."""
+    matrix = torch.ones(1, 1, dtype=torch.float64)
+    while matrix.shape[0] < block:
+        matrix = torch.kron(torch.tensor([[1.0, 1.0], [1.0, -1.0]], dtype=torch.float64), matrix)
+    return torch.block_diag(*[matrix] * (width // block))
+
+
+def transformed(values: torch.Tensor, smooth, rotate: int) -> torch.Tensor:
+    """What the codes are of: the values times ``smooth``, then times the Hadamard matrix where ``rotate``."""
+    values = values if smooth is None else values * smooth.double()
+    return values @ hadamard_matrix(values.shape[1], rotate) if rotate else values
+
+
+# (width, smoothed, rotate): rotation where the width is whole blocks (the GELU step's 1536 and the norm's 384, with
+# blocks of 128 as int8.ROTATION_BLOCK, and 16, the smallest)
+GELU_CASES = [(1536, False, 0), (1536, True, 0), (1536, True, 128), (1536, False, 16), (100, False, 0), (100, True, 0)]
+NORM_CASES = [(384, False, 0), (384, True, 0), (384, True, 128), (384, False, 32), (100, False, 0), (100, True, 0)]
+
+
 def smoothing(width: int, smoothed: bool) -> torch.Tensor | None:
     """Per-feature factors from 0.05 to 20 (an outlier feature shrunk, a quiet one stretched), or None."""
     return torch.logspace(-1.3, 1.3, width)[torch.randperm(width, generator=torch.Generator().manual_seed(2))] if (
@@ -84,24 +106,30 @@ def smoothing(width: int, smoothed: bool) -> torch.Tensor | None:
 
 
 @needs_compiler
-@pytest.mark.parametrize("width", [1536, 100])
-@pytest.mark.parametrize("smoothed", [False, True])
-def test_gelu_requantize_kernel_is_the_stated_step(monkeypatch, width, smoothed):
+@pytest.mark.parametrize("width, smoothed, rotate", GELU_CASES)
+def test_gelu_requantize_kernel_is_the_stated_step(monkeypatch, width, smoothed, rotate):
     inputs = products(376, width)
     values = rescaled(*inputs)
     gelu = values * 0.5 * (1 + torch.special.erf(values / 2**0.5))
     assert values.min() < -4 and values.max() > 4  # the range where erf's approximation is clamped, and beyond
     smooth = smoothing(width, smoothed)
-    want = reference_codes(gelu if smooth is None else gelu * smooth.double())
+    want = reference_codes(transformed(gelu, smooth, rotate))
     for mode in ("kernel", "torch"):  # torch's operations: the same codes
         monkeypatch.setattr(int8, "FEED_FORWARD_KERNEL", mode)
-        assert_codes_match(gelu_requantize(*inputs, smooth), want)
+        assert_codes_match(gelu_requantize(*inputs, smooth, rotate), want)
 
 
 @needs_compiler
-@pytest.mark.parametrize("width", [384, 100])
-@pytest.mark.parametrize("smoothed", [False, True])
-def test_rescale_norm_kernel_is_the_layer_norm_and_its_codes(monkeypatch, width, smoothed):
+@pytest.mark.parametrize("rotate", [128, 8, 100])
+def test_kernel_refuses_a_rotation_it_cannot_do(monkeypatch, rotate):
+    monkeypatch.setattr(int8, "FEED_FORWARD_KERNEL", "kernel")
+    with pytest.raises(small_attention.SmallAttentionError, match="rotation block"):
+        gelu_requantize(*products(4, 1600), None, rotate)  # 1600 is no whole number of 128s; 8 and 100: no block
+
+
+@needs_compiler
+@pytest.mark.parametrize("width, smoothed, rotate", NORM_CASES)
+def test_rescale_norm_kernel_is_the_layer_norm_and_its_codes(monkeypatch, width, smoothed, rotate):
     generator = torch.Generator().manual_seed(1)
     inputs = products(200, width, seed=1)
     residual = torch.randn(200, width, generator=generator) * 3
@@ -109,11 +137,12 @@ def test_rescale_norm_kernel_is_the_layer_norm_and_its_codes(monkeypatch, width,
     summed = rescaled(*inputs) + residual.double()
     want = torch.nn.functional.layer_norm(summed, (width,), weight.double(), bias.double(), 1e-12)
     smooth = smoothing(width, smoothed)
-    want_codes = reference_codes(want if smooth is None else want * smooth.double())
+    want_codes = reference_codes(transformed(want, smooth, rotate))
     for mode in ("kernel", "torch"):
         monkeypatch.setattr(int8, "FEED_FORWARD_KERNEL", mode)
-        states, *codes = rescale_norm(*inputs, residual, weight, bias, 1e-12, smooth)
-        assert states.dtype == torch.float32 and (states.double() - want).abs().max() <= 1e-5  # never smoothed
+        states, *codes = rescale_norm(*inputs, residual, weight, bias, 1e-12, smooth, rotate)
+        # never smoothed nor rotated
+        assert states.dtype == torch.float32 and (states.double() - want).abs().max() <= 1e-5
         assert_codes_match(codes, want_codes)
 
 
@@ -129,10 +158,10 @@ def test_kernel_built_for_avx2_only_gives_the_same_codes(tmp_path):
     pointers = [t.data_ptr() for t in (scale, zero, weight_sum, weight_scale, bias)]
     lib.as2hub_requantize.argtypes = int8._ARGTYPES["as2hub_requantize"]
     outputs = (t.data_ptr() for t in (codes, step, point))
-    assert lib.as2hub_requantize(total.data_ptr(), 64, 1536, *pointers, 1, smooth.data_ptr(), *outputs) == 0
+    assert lib.as2hub_requantize(total.data_ptr(), 64, 1536, *pointers, 1, smooth.data_ptr(), 128, *outputs) == 0
     values = rescaled(total, scale, zero, weight_sum, weight_scale, bias)
     gelu = values * 0.5 * (1 + torch.special.erf(values / 2**0.5))
-    assert_codes_match((codes, step, point), reference_codes(gelu * smooth.double()))
+    assert_codes_match((codes, step, point), reference_codes(transformed(gelu, smooth, 128)))
 
 
 @needs_compiler
@@ -185,3 +214,17 @@ def test_the_pass_takes_the_kernel_with_one_thread_and_the_exact_gelu(monkeypatc
         layer.intermediate.intermediate_act_fn = torch.nn.GELU(approximate="tanh")
     quantize_encoder(tanh_model)
     assert not any(int8.rows_ready(layer) for layer in tanh_model.base_model.encoder.layer)
+
+
+@needs_compiler
+@pytest.mark.parametrize(
+    "width, smoothed, rotate", [(384, True, 128), (384, False, 0), (100, True, 0), (64, False, 64)]
+)
+def test_quantize_rows_kernel_is_quantize_tokens(monkeypatch, width, smoothed, rotate):
+    generator = torch.Generator().manual_seed(4)
+    rows = torch.randn(50, width, generator=generator) * torch.logspace(-1, 1, 50)[:, None]
+    smooth = smoothing(width, smoothed)
+    want = reference_codes(transformed(rows.double(), smooth, rotate))
+    for mode in ("kernel", "torch"):
+        monkeypatch.setattr(int8, "FEED_FORWARD_KERNEL", mode)
+        assert_codes_match(int8.quantize_rows(rows, smooth, rotate), want)

@@ -98,10 +98,11 @@ def test_fine_tune_writes_a_hub_ready_folder_and_ranked_predictions(stock_checkp
     assert ScoreConfig(model=str(out)).load_ranker().max_length == 48
     assert Ranker.from_pretrained(out, max_length=32).max_length == 32  # a given one wins
     # the int8 calibration of the saved weights, from the training pairs: torch-int8 smooths its products with it
-    maxima = load_calibration(out)
-    assert maxima is not None and len(maxima) == 4 * config["num_hidden_layers"]
+    calibration = load_calibration(out)
+    depth = config["num_hidden_layers"]
+    assert calibration is not None and len(calibration) == 4 * depth + 6 * depth * 2 + 1  # maxima, GPTQ weights, levels
     layer = Ranker.from_pretrained(out, backend="torch-int8").model.base_model.encoder.layer[0]
-    assert layer.attention.self.packed_qkv.input_scale is not None
+    assert layer.attention.self.packed_qkv.smoothed
 
 
 def test_pairwise_lora_saves_the_adapter_and_a_merged_model(stock_checkpoint, tmp_path):
