@@ -99,6 +99,10 @@ static inline void lanes_range(vecf low_v, vecf high_v, float *low, float *high)
  * +-1), in place: log2(block) butterfly stages. 16 values per vector whatever the lanes (GCC and Clang split a wider
  * vector into the machine's registers), so that the stages inside a vector (pairs 1, 2, 4, 8 apart: one shuffle and
  * one multiply-add each) and those between vectors (16 .. 64 apart: adds and subtracts) are the same on every CPU. */
+#if defined(__GNUC__) && !defined(__clang__) && !defined(__AVX512F__)
+/* GCC notes that a 64-byte vector passed by value would change the ABI without AVX-512: these functions are static */
+#pragma GCC diagnostic ignored "-Wpsabi"
+#endif
 typedef float v16f __attribute__((vector_size(64)));
 typedef int32_t v16i __attribute__((vector_size(64)));
 
