@@ -180,8 +180,8 @@ def transformed_weights(
 
 
 def quantize_weights(weight: torch.Tensor, levels: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(out, in)`` fp32 weights rounded to the nearest of ``-levels .. levels`` times one scale per output channel (its
-    largest magnitude over ``levels``): ``(codes, scale)``, codes int8."""
+    """``(out, in)`` fp32 weights rounded to the nearest of ``-levels .. levels`` times one scale per output channel
+    (its largest magnitude over ``levels``): ``(codes, scale)``, codes int8."""
     scale = weight.abs().amax(dim=1).clamp(min=1e-12) / levels
     return torch.round(weight / scale[:, None]).clamp(-levels, levels).to(torch.int8), scale
 
@@ -734,8 +734,8 @@ def rescale_norm(
     the layer's tensors as in :func:`gelu_requantize`): the rescaled outputs plus ``residual`` through the layer norm
     (``norm_weight``, ``norm_bias``, ``eps``), and those states quantized per token for the next product:
     ``(states, codes, scale, zero)``, the codes those of ``states * smooth`` where ``smooth`` is given (the next
-    product's :attr:`Int8Linear.input_scale`), rotated by ``rotate`` (its :attr:`Int8Linear.rotation`). With one torch thread on the CPU one call of ``int8_rows.c``, a row at
-    a time; else torch's operations."""
+    product's :attr:`Int8Linear.input_scale`), rotated by ``rotate`` (its :attr:`Int8Linear.rotation`). With one
+    torch thread on the CPU one call of ``int8_rows.c``, a row at a time; else torch's operations."""
     if total.device.type == "cpu" and use_rows_kernel():
         inputs, quantized = _kernel_inputs(
             total, scale, zero, weight_sum, weight_scale, bias, residual, norm_weight, norm_bias, smooth
@@ -764,12 +764,6 @@ def rows_ready(layer: nn.Module) -> bool:
     """Whether :func:`quantized_layer` computes this encoder layer: it went through :func:`quantize_encoder` with every
     product int8 and biased, an exact GELU and affine layer norms (BERT, RoBERTa, ELECTRA)."""
     return getattr(layer, "int8_rows", False)
-
-
-def input_scale(layer: nn.Module) -> torch.Tensor | None:
-    """What an encoder layer's input (the queries', keys' and values' one) is multiplied by before it is quantized:
-    ``None`` where its products are neither smoothed nor rotated."""
-    return layer.attention.self.packed_qkv.input_scale
 
 
 def reader(layer: nn.Module) -> "Int8Linear":

@@ -79,7 +79,8 @@ def assert_codes_match(got, want):
 
 
 def hadamard_matrix(width: int, block: int) -> torch.Tensor:
-    """float64, block-diagonal: Sylvester's Hadamard matrix of size ``block`` (a Kronecker power of [[1, 1], [1, -1]])."""
+    """float64, block-diagonal: Sylvester's Hadamard matrix of size ``block`` (a Kronecker power of [[1, 1],
+    [1, -1]])."""
     matrix = torch.ones(1, 1, dtype=torch.float64)
     while matrix.shape[0] < block:
         matrix = torch.kron(torch.tensor([[1.0, 1.0], [1.0, -1.0]], dtype=torch.float64), matrix)

@@ -12,7 +12,12 @@ What is checked, and against what:
   tokenizers), apart from the unsmoothed products; whether smoothing brings a real ranker closer to fp32 is measured
   on WikiQA (``inference/BACKENDS.md``); statistics of other weights are ignored with a warning, a broken file or
   statistics of another shape raise an error naming the file; an int8 or compiled ranker cannot calibrate; a Hub id
-  reads the repository's file.
+  reads the repository's file;
+- the rotation and the stored GPTQ weights: the reference above also rotates (signs, then a Hadamard matrix built as a
+  Kronecker power, in blocks) and takes the calibration's integers; those integers are the reference's own rotated,
+  smoothed weights moved by GPTQ (the scale of rounding to nearest, a few steps at most); :func:`gptq` equals an
+  optimal-brain-quantizer form written in the test, is rounding to nearest on uncorrelated inputs and beats it on
+  correlated ones; integers computed for another layout are ignored with a warning.
 """
 
 import logging
@@ -23,6 +28,7 @@ import torch
 from test_backends import spread_tiny_ranker
 from test_cascade import CANDIDATES, CONTEXTS, QUESTION
 from test_int8_ranking import reference_int8_linear, this_cpus_levels
+from test_int8_rows import hadamard_matrix
 from test_onnx_backend import score_all
 
 from as2hub.inference import int8, small_attention
@@ -123,14 +129,6 @@ def test_input_maxima_are_the_encoder_inputs_largest_values(stock_checkpoint, tm
         assert torch.allclose(maxima[f"{layer}.attention"], hidden[layer].abs().amax(dim=(0, 1)))
     # the outlier features lead every layer's output (the embeddings' norm included)
     assert all(sorted(maxima[f"{layer}.attention"].topk(2).indices.tolist()) == [3, 7] for layer in range(depth))
-
-
-def hadamard_matrix(width: int, block: int) -> torch.Tensor:
-    """float64, block-diagonal: Sylvester's Hadamard matrix of size ``block`` (a Kronecker power of [[1, 1], [1, -1]])."""
-    matrix = torch.ones(1, 1, dtype=torch.float64)
-    while matrix.shape[0] < block:
-        matrix = torch.kron(torch.tensor([[1.0, 1.0], [1.0, -1.0]], dtype=torch.float64), matrix)
-    return torch.block_diag(*[matrix] * (width // block))
 
 
 # The products whose inputs are rotated (a layer norm's or GELU's output), and the block: the largest power of two
