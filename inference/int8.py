@@ -636,12 +636,16 @@ def _pointers(tensors) -> list[int | None]:
     return [None if tensor is None else tensor.data_ptr() for tensor in tensors]
 
 
+def _codes_for(tokens: int, features: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """A kernel's quantized outputs, allocated: ``(codes, scale, zero)``."""
+    return torch.empty(tokens, features, dtype=torch.int8), torch.empty(tokens), torch.empty(tokens)
+
+
 def _kernel_inputs(total: torch.Tensor, *rows: torch.Tensor | None) -> tuple[list, tuple]:
     """A kernel call's inputs as it reads them (``total`` int32, then ``rows``: scales, zero points and the layer's
     tensors in fp32, ``None`` passed on as NULL; all contiguous: the caller keeps this list alive through the call) and
     its quantized outputs, allocated: ``(codes, scale, zero)``."""
-    tokens = total.shape[0]
-    quantized = (torch.empty(total.shape, dtype=torch.int8), torch.empty(tokens), torch.empty(tokens))
+    quantized = _codes_for(*total.shape)
     return [total.contiguous(), *(None if t is None else t.float().contiguous() for t in rows)], quantized
 
 
@@ -661,8 +665,7 @@ def quantize_rows(
     if rows.device.type == "cpu" and use_rows_kernel():
         values = rows.float().contiguous()
         smooth = None if smooth is None else smooth.float().contiguous()
-        tokens = values.shape[0]
-        quantized = (torch.empty(values.shape, dtype=torch.int8), torch.empty(tokens), torch.empty(tokens))
+        quantized = _codes_for(*values.shape)
         _check(_kernel().as2hub_quantize(
             values.data_ptr(), *values.shape, None if smooth is None else smooth.data_ptr(), rotate,
             *_pointers(quantized)

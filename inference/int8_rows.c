@@ -187,6 +187,21 @@ static inline void quantize_row(const float *buffer, int64_t cols, float low, fl
     *out_zero = zero;
 }
 
+/* a vector of a row's values folded into its running minimum and maximum, unless the row is rotated (the rotation's
+ * pass takes the range of what it writes) */
+static inline void fold_range(vecf value, int rotate, vecf *low_v, vecf *high_v) {
+    if (rotate) return;
+    *low_v = select_v(value < *low_v, value, *low_v);
+    *high_v = select_v(value > *high_v, value, *high_v);
+}
+
+/* a row's codes from its values (rotated first, in place, where rotate) and their range */
+static inline void finish_row(float *values, int64_t cols, int rotate, float low, float high, int8_t *codes,
+                              float *out_scale, float *out_zero) {
+    if (rotate) hadamard_blocks(values, cols, rotate, &low, &high);
+    quantize_row(values, cols, low, high, codes, out_scale, out_zero);
+}
+
 int as2hub_quantize(const float *values, int64_t rows, int64_t cols, const float *smooth, int rotate, int8_t *codes,
                     float *out_scale, float *out_zero) {
     if (!rotation_ok(cols, rotate)) return 2;
@@ -200,10 +215,7 @@ int as2hub_quantize(const float *values, int64_t rows, int64_t cols, const float
             vecf value = load_f(in + c);
             if (smooth) value *= load_f(smooth + c);
             memcpy(buffer + c, &value, sizeof value);
-            if (!rotate) {  /* else the rotation's pass takes the range */
-                low_v = select_v(value < low_v, value, low_v);
-                high_v = select_v(value > high_v, value, high_v);
-            }
+            fold_range(value, rotate, &low_v, &high_v);
         }
         float low, high;
         lanes_range(low_v, high_v, &low, &high);
@@ -212,8 +224,7 @@ int as2hub_quantize(const float *values, int64_t rows, int64_t cols, const float
             low = buffer[c] < low ? buffer[c] : low;
             high = buffer[c] > high ? buffer[c] : high;
         }
-        if (rotate) hadamard_blocks(buffer, cols, rotate, &low, &high);
-        quantize_row(buffer, cols, low, high, codes + r * cols, out_scale + r, out_zero + r);
+        finish_row(buffer, cols, rotate, low, high, codes + r * cols, out_scale + r, out_zero + r);
     }
     free(buffer);
     return 0;
@@ -237,10 +248,7 @@ int as2hub_requantize(const int32_t *total, int64_t rows, int64_t cols, const fl
             if (use_gelu) value = gelu_v(value);
             if (smooth) value *= load_f(smooth + c);
             memcpy(buffer + c, &value, sizeof value);
-            if (!rotate) {  /* else the rotation's pass takes the range */
-                low_v = select_v(value < low_v, value, low_v);
-                high_v = select_v(value > high_v, value, high_v);
-            }
+            fold_range(value, rotate, &low_v, &high_v);
         }
         float low, high;
         lanes_range(low_v, high_v, &low, &high);
@@ -253,8 +261,7 @@ int as2hub_requantize(const int32_t *total, int64_t rows, int64_t cols, const fl
             low = value < low ? value : low;
             high = value > high ? value : high;
         }
-        if (rotate) hadamard_blocks(buffer, cols, rotate, &low, &high);
-        quantize_row(buffer, cols, low, high, codes + r * cols, out_scale + r, out_zero + r);
+        finish_row(buffer, cols, rotate, low, high, codes + r * cols, out_scale + r, out_zero + r);
     }
     free(buffer);
     return 0;
@@ -307,10 +314,7 @@ int as2hub_rescale_norm(const int32_t *total, int64_t rows, int64_t cols, const 
             memcpy(row + c, &value, sizeof value);
             if (smooth) value *= load_f(smooth + c);
             if (staged) memcpy(buffer + c, &value, sizeof value);  /* the codes' values: entry c was read above */
-            if (!rotate) {  /* else the rotation's pass takes the range */
-                low_v = select_v(value < low_v, value, low_v);
-                high_v = select_v(value > high_v, value, high_v);
-            }
+            fold_range(value, rotate, &low_v, &high_v);
         }
         float low, high;
         lanes_range(low_v, high_v, &low, &high);
@@ -321,8 +325,8 @@ int as2hub_rescale_norm(const int32_t *total, int64_t rows, int64_t cols, const 
             low = value < low ? value : low;
             high = value > high ? value : high;
         }
-        if (codes && rotate) hadamard_blocks(buffer, cols, rotate, &low, &high);
-        if (codes) quantize_row(staged ? buffer : row, cols, low, high, codes + r * cols, out_scale + r, out_zero + r);
+        if (codes) finish_row(staged ? buffer : row, cols, rotate, low, high, codes + r * cols, out_scale + r,
+                              out_zero + r);
     }
     free(buffer);
     return 0;
