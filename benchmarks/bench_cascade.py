@@ -19,6 +19,9 @@ that best against best, each repeat's ratio to the fastest CrossEncoder configur
   the dense layers on the real tokens only, ``inference/unpadded.py``);
 - ``as2hub torch-int8 ...``: its products smoothed by statistics of ``--int8_calibration_questions`` training
   questions (64, drawn with seed 0; ``Ranker.calibrate_int8``, written into the copy the benchmark times);
+- with ``--exact_top_margin m``: ``as2hub <backend> ... exact top m`` for each backend other than fp32 ``torch``
+  (``Ranker.from_pretrained(..., exact_top_margin=m)``: a question's two best candidates scored again in fp32 where
+  their logits lie within ``m``; the fp32 passes count in its time);
 - with a CUDA backend (``--backends cuda-fp16,cuda-bf16``): ``CrossEncoder cuda fp16 / bf16`` on the GPU in the same
   precision (compiled too with ``--torch_compile``).
 
@@ -107,6 +110,14 @@ def parse_args(argv=None):
         "question in one timed pass, the systems one after another (mode batched: one call is the pass)",
     )
     parser.add_argument("--max_length", type=int, default=256)
+    parser.add_argument(
+        "--exact_top_margin",
+        type=float,
+        default=None,
+        help="also run each as2hub backend other than fp32 torch with Ranker.from_pretrained(..., exact_top_margin=m): "
+        "a question's two best candidates scored again in fp32 where their logits lie within m (labelled 'exact top "
+        "m'; the full model only)",
+    )
     parser.add_argument(
         "--int8_calibration_questions",
         type=int,
@@ -246,6 +257,16 @@ def make_systems(args, folders, data) -> dict:
                     return ranked_lists(r, items, d, args.mode)
 
             systems[f"as2hub {label} cascade {drop}"] = ("as2hub", label, drop, cascade)
+        if args.exact_top_margin is not None and backend != "torch":
+            exact = Ranker.from_pretrained(folders["as2hub"], backend=backend, max_length=args.max_length,
+                                           exact_top_margin=args.exact_top_margin, **options)  # fmt: skip
+            exact_label = f"{label} exact top {args.exact_top_margin:g}"
+
+            def exact_full(items, r=exact, a=attention):
+                with row_attention(a):
+                    return ranked_lists(r, items, None, args.mode)
+
+            systems[f"as2hub {exact_label}"] = ("as2hub", exact_label, None, exact_full)
     # name -> (ONNX graph, dtype, compiled, device, the as2hub backend of the same precision)
     peers = {"CrossEncoder torch": (None, None, False, "cpu", "torch")}
     if use_bf16(args):
@@ -471,6 +492,7 @@ def main(argv=None) -> dict:
             "repeats": args.repeats,
             "max_length": args.max_length,
             "int8_calibration": calibration,
+            "exact_top_margin": args.exact_top_margin,
             "mode": args.mode,
             "timing": "best of repeats; mode question: one call per question with all its candidates, batched: one "
             "call for all questions; tokenization included; systems interleaved",

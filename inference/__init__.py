@@ -25,13 +25,14 @@ from as2hub.inference.cascade import NoCascadeHeadsError
 from as2hub.inference.joint_ranking import JointRankedCandidate, JointRanker
 from as2hub.inference.onnx_export import export_onnx
 from as2hub.inference.onnx_runtime import MissingOnnxExportError, OnnxRankerModel, StaleOnnxExportError
-from as2hub.inference.ranking import RankedCandidate, Ranker, context_text_pair, load_scoring_model
+from as2hub.inference.ranking import ExactTop, RankedCandidate, Ranker, context_text_pair, load_scoring_model
 from as2hub.inference.unpadded import UnpaddedUnsupportedError
 
 __all__ = [
     "BACKENDS",
     "BACKEND_CHOICES",
     "BackendUnavailableError",
+    "ExactTop",
     "JointRankedCandidate",
     "JointRanker",
     "LoadedModel",
