@@ -132,9 +132,10 @@ class RankerOptions:
 
             torch.set_num_threads(self.threads)
 
-    def load_ranker(self, path: str | None = None):
+    def load_ranker(self, path: str | None = None, **extra):
         """A :class:`~as2hub.inference.ranking.Ranker` of ``path`` (default: :attr:`model`) with these options
-        (``max_length`` None: the one the model was trained with)."""
+        (``max_length`` None: the one the model was trained with); ``extra``: more keyword arguments of
+        ``Ranker.from_pretrained`` (those of a command's own options, e.g. ``exact_top_margin``)."""
         from as2hub.inference.ranking import Ranker
 
         self.set_threads()
@@ -145,6 +146,7 @@ class RankerOptions:
             batch_size=self.batch_size,
             **self.backend_options(),
             **switches,
+            **extra,
         )
 
 
@@ -166,6 +168,14 @@ class ServeConfig(RankerOptions):
         None,
         "layer cascade: drop this fraction of a request's remaining texts at each cascade head (a model trained "
         "with --cascade_layers); a request's own cascade_drop wins; default: the full model",
+        type=float,
+    )
+    # a quantized backend's near ties at the top scored again in fp32 (Ranker's exact_top_margin); None: off
+    exact_top_margin: float | None = option(
+        None,
+        "backends other than fp32 torch, pairwise and contextual rankers: where a request's two best texts score "
+        "within this many logits, score the two again in fp32 so that rounding cannot swap the top answer (0.025 "
+        "for torch-int8 on MiniLM; inference/BACKENDS.md); default: off",
         type=float,
     )
     max_ongoing_requests: int = option(
@@ -202,6 +212,13 @@ class ServeConfig(RankerOptions):
             raise ArgumentError(f"--overload_status must be 429 or 503, got {self.overload_status}")
         if not 0 <= self.retry_after_s < float("inf"):
             raise ArgumentError(f"--retry_after_s must be a number of seconds >= 0, got {self.retry_after_s}")
+        if self.exact_top_margin is not None:
+            from as2hub.inference.ranking import check_exact_top_margin
+
+            try:
+                check_exact_top_margin(self.exact_top_margin)
+            except ValueError as error:
+                raise ArgumentError(f"--{error}") from None
         if self.cascade_drop is not None:
             from as2hub.inference.cascade import check_drop
 

@@ -12,6 +12,7 @@ import threading
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from as2hub.modeling.errors import ArgumentError
 from as2hub.modeling.registry import family_of
 from as2hub.serving.options import ServeConfig
 
@@ -66,13 +67,17 @@ class RerankScorer:
         config.set_threads()
         self.joint = self.ranker = None
         if is_joint_folder(config.model):
+            if config.exact_top_margin is not None:
+                raise ArgumentError(
+                    f"--exact_top_margin applies to pairwise and contextual rankers; {config.model} is a joint model"
+                )
             pairwise = config.load_ranker(config.pairwise) if config.pairwise is not None else None
             self.joint = JointRanker.from_pretrained(config.model, pairwise=pairwise, **config.backend_options())
             first = self.joint.pairwise
             self.kind = "cascade" if first is not None else "joint"
             self.contextual = bool(first is not None and first.contextual)
         else:
-            self.ranker = config.load_ranker()
+            self.ranker = config.load_ranker(exact_top_margin=config.exact_top_margin)
             self.contextual = self.ranker.contextual
             self.kind = "contextual" if self.contextual else "pairwise"
         # what the replica has scored: requests, the scoring calls they were batched into, the largest batch, and

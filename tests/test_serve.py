@@ -140,6 +140,12 @@ def test_requests_with_a_cascade_drop_rank_as_the_rankers_cascade(folders):
         scorer.check_cascade_drop(1.5)
 
 
+# The scorer ranks both queries in one batch, JointRanker.rank each alone: with two torch threads (this module run
+# without pytest-xdist) the joint model's products split by rows differ by up to 1.06e-5 (AVX-512 EPYC, 2026-11-30);
+# with one thread (make test's workers) they passed the earlier bound, 1e-5.
+JOINT_BATCH_ABS = 5e-5
+
+
 def test_the_cascade_and_a_joint_model_alone_rank_as_joint_ranker(folders):
     cascade = RerankScorer(config(folders, "joint", pairwise="pairwise"))
     joint_alone = RerankScorer(config(folders, "joint"))
@@ -153,7 +159,7 @@ def test_the_cascade_and_a_joint_model_alone_rank_as_joint_ranker(folders):
         for ranked, query in zip(scorer.rank_many(queries), queries):
             expected = ranker.rank(query.question, query.texts)
             assert [(r.index, r.stage) for r in ranked] == [(r.index, r.stage) for r in expected]
-            assert [r.score for r in ranked] == pytest.approx([r.score for r in expected], abs=1e-5)
+            assert [r.score for r in ranked] == pytest.approx([r.score for r in expected], abs=JOINT_BATCH_ABS)
     assert [r.stage for r in cascade.rank_many(queries)[0]].count("joint") == K
 
 

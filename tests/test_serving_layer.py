@@ -96,6 +96,7 @@ SERVE_FLAGS = {
     "batch_wait_ms": (5.0, None),
     "max_request_bytes": (2_000_000, None),
     "cascade_drop": (None, None),
+    "exact_top_margin": (None, None),
     "max_ongoing_requests": (32, None),
     "max_queued_requests": (32, None),
     "retry_after_s": (1.0, None),
@@ -188,6 +189,8 @@ def test_the_default_max_length_is_written_once():
         (ServeConfig, {"overload_status": 500}, "--overload_status must be 429 or 503, got 500"),
         (ServeConfig, {"max_queued_requests": 0}, "or -1 (no limit), got 0"),
         (ServeConfig, {"retry_after_s": -1.0}, ">= 0, got -1.0"),
+        (ServeConfig, {"exact_top_margin": -0.5}, "--exact_top_margin must be a number of logits >= 0"),
+        (ServeConfig, {"exact_top_margin": float("nan")}, "(0.025 for torch-int8 on MiniLM, ExactTop says why), got nan"),
         (ScoreConfig, {"keep_columns": ("qid", "score")}, "--keep_columns score: the output has its own 'score'"),
     ],
 )  # fmt: skip
@@ -254,3 +257,29 @@ def test_ranker_switches_are_flags_that_reach_the_ranker(monkeypatch, switch):
     assert calls == [("m", {"max_length": None, "batch_size": None, "backend": "torch-bf16", switch: True})]
     RankerOptions("m").load_ranker()
     assert switch not in calls[-1][1]
+
+
+def test_exact_top_margin_reaches_a_pairwise_ranker_and_is_refused_for_a_joint_model(monkeypatch):
+    """``--exact_top_margin`` loads the service's ranker with ``exact_top_margin`` (the rerank answers come from
+    ``Ranker.rank_many``, where it acts); a joint model has no such option: a clear error, not an ignored flag."""
+    from as2hub.inference.ranking import Ranker
+    from as2hub.modeling.errors import ArgumentError
+    from as2hub.serving import scorer
+
+    calls = []
+
+    def fake(cls, path, **kw):
+        calls.append((path, kw))
+        return type("R", (), {"contextual": False})()
+
+    monkeypatch.setattr(Ranker, "from_pretrained", classmethod(fake))
+    monkeypatch.setattr(scorer, "is_joint_folder", lambda path: False)
+    monkeypatch.setattr(scorer.RerankScorer, "_no_cascade", lambda self: None)  # the fake ranker has no model
+    scorer.RerankScorer(ServeConfig(model="m", backend="torch-int8", exact_top_margin=0.025))
+    assert calls[-1] == ("m", {"max_length": None, "batch_size": None, "backend": "torch-int8",
+                               "exact_top_margin": 0.025})  # fmt: skip
+    scorer.RerankScorer(ServeConfig(model="m"))
+    assert calls[-1][1]["exact_top_margin"] is None  # off: Ranker.from_pretrained's own default
+    monkeypatch.setattr(scorer, "is_joint_folder", lambda path: True)
+    with pytest.raises(ArgumentError, match="--exact_top_margin applies to pairwise and contextual rankers; m is a "):
+        scorer.RerankScorer(ServeConfig(model="m", exact_top_margin=0.1))
