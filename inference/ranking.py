@@ -181,10 +181,10 @@ class ExactTop:
     """The top answer as the full-precision model orders it (:class:`Ranker`'s ``exact_top``): where a question's two
     best candidates score within ``margin`` logits (``log(p / (1 - p))`` of their scores) of each other, ``reference``
     (an fp32 :class:`Ranker` of the same weights) scores the two again and their scores are its own. A quantized
-    backend's scores sit a small distance from fp32's (``torch-int8`` on MiniLM: 0.005 logits on average, the difference
-    between two candidates' errors below 0.025 nine times in ten and below 0.07 in every case on WikiQA dev, AVX-512
-    EPYC, 2026-11-30), so only a near tie can change which candidate comes first; the margin says how near a tie is
-    scored again. Its cost: the share of questions with such a tie (0.025 logits: 4 of 122 WikiQA dev questions) times
+    backend's scores sit a small distance from fp32's (``torch-int8`` on MiniLM: 0.005 logits on average, the
+    difference between two candidates' errors below 0.025 about nine times in ten and below 0.07 in every case on
+    WikiQA dev, AVX-512 EPYC, 2026-11-30), so only a near tie can change which candidate comes first; the margin says
+    how near a tie is scored again. Its cost: the share of questions with such a tie (0.025 logits: 4 of 122 WikiQA dev questions) times
     an fp32 pass of two pairs."""
 
     margin: float
