@@ -184,8 +184,8 @@ class ExactTop:
     backend's scores sit a small distance from fp32's (``torch-int8`` on MiniLM: 0.005 logits on average, the
     difference between two candidates' errors below 0.025 about nine times in ten and below 0.07 in every case on
     WikiQA dev, AVX-512 EPYC, 2026-11-30), so only a near tie can change which candidate comes first; the margin says
-    how near a tie is scored again. Its cost: the share of questions with such a tie (0.025 logits: 4 of 122 WikiQA dev questions) times
-    an fp32 pass of two pairs."""
+    how near a tie is scored again. Its cost: the share of questions with such a tie (0.025 logits: 4 of 122 WikiQA
+    dev questions) times an fp32 pass of two pairs."""
 
     margin: float
     reference: "Ranker"
