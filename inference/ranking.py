@@ -553,24 +553,20 @@ class Ranker:
                 runner=UnpaddedStages(self.model) if self.unpadded else None,
             )
             scores, layers = result.scores.tolist(), result.layers
+        starts = [0]  # each question's pairs: flat rows starts[g] .. starts[g + 1] - 1
+        for cands in candidates:
+            starts.append(starts[-1] + len(cands))
+        members = [list(range(start, end)) for start, end in zip(starts, starts[1:])]
         if self.exact_top is not None:
-            members, start = [], 0
-            for cands in candidates:
-                members.append(list(range(start, start + len(cands))))
-                start += len(cands)
             self.exact_top.rescore((flat_q, flat_c, flat_x), members, scores, layers,
                                    self.model.config.num_hidden_layers)  # fmt: skip
-        ranked, offset = [], 0
-        for cands in candidates:
-            indices = list(range(offset, offset + len(cands)))
-            ranked.append(
-                [
-                    RankedCandidate(i - offset, scores[i], flat_c[i], layer=layers[i])
-                    for i in cascade_order(indices, scores, layers)
-                ]
-            )
-            offset += len(cands)
-        return ranked
+        return [
+            [
+                RankedCandidate(i - start, scores[i], flat_c[i], layer=layers[i])
+                for i in cascade_order(indices, scores, layers)
+            ]
+            for start, indices in zip(starts, members)
+        ]
 
 
 def rank(model, tokenizer, question: str, candidates: list[str], contexts: list[str] | None = None, **kwargs):
