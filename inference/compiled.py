@@ -31,6 +31,7 @@ import time
 
 import torch
 
+from as2hub.inference import cpu_ops
 from as2hub.inference.cascade import TorchStages, cascade_layers
 from as2hub.inference.int8 import Int8Linear
 from as2hub.inference.unpadded import embedded_stage, packed_stage
@@ -49,6 +50,15 @@ FREEZING = {"freezing": True}
 # and then the next product's quantization. Realized once: the feed-forward kernel 0.58 against 1.14 ms (MiniLM-L6,
 # 10 WikiQA pairs, AVX-512 EPYC, 1 thread, 2026-11-29).
 INT8_INDUCTOR = {"realize_opcount_threshold": 4}
+# where the pass's CPU steps load as C++ operators (:mod:`as2hub.inference.cpu_ops`), the wrapper that calls the
+# graph's kernels is written in C++ too (inductor's ``cpp_wrapper``): no Python between a question's kernels
+CPP_WRAPPER = {"cpp_wrapper": True}
+
+
+def int8_inductor() -> dict:
+    """inductor's config for an int8 model's passes: :data:`INT8_INDUCTOR`, with :data:`CPP_WRAPPER` where the C++
+    operators load."""
+    return {**INT8_INDUCTOR, **(CPP_WRAPPER if cpu_ops.library() else {})}
 
 
 @contextlib.contextmanager
@@ -154,7 +164,7 @@ class CompiledRankerModel:
         # the unpadded pass (Ranker(..., unpadded=True)): compiled on first use, one graph per stage with its head
         self._packed_stage = self._compile(functools.partial(packed_stage, model))
         self._embedded_stage = self._compile(functools.partial(embedded_stage, model))  # its first stage: one call
-        self._inductor = INT8_INDUCTOR if any(isinstance(m, Int8Linear) for m in model.modules()) else {}
+        self._inductor = int8_inductor() if any(isinstance(m, Int8Linear) for m in model.modules()) else {}
 
     def _compile(self, function):
         # a cascade stage compiles once per (stage, batch of 1 or more): up to 2 x the stages; room beyond that

@@ -55,7 +55,7 @@ import torch
 from torch import nn
 from transformers.activations import GELUActivation
 
-from as2hub.inference import small_attention
+from as2hub.inference import cpu_ops, small_attention
 from as2hub.inference.backends import cpu_features
 
 logger = logging.getLogger("as2hub.backends")
@@ -247,7 +247,8 @@ class Int8Linear(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         shape = x.shape
-        codes, scale, zero = quantize_rows(x.reshape(-1, shape[-1]).float(), self.input_scale, self.rotation)
+        rows = x.reshape(-1, shape[-1]).float()
+        codes, scale, zero = step_operator("quantize_rows", quantize_rows, rows)(rows, self.input_scale, self.rotation)
         out = self.rescale(self.product(codes), scale, zero)
         return out.reshape(*shape[:-1], self.out_features)
 
@@ -674,10 +675,13 @@ def quantize_rows(
     return quantize_tokens(rows, smooth, rotate)
 
 
-@quantize_rows.register_fake
-def _(rows, smooth=None, rotate=0):
+def _quantize_rows_shapes(rows, smooth=None, rotate=0):
     tokens = rows.shape[0]
     return rows.new_empty(rows.shape, dtype=torch.int8), rows.new_empty(tokens), rows.new_empty(tokens)
+
+
+quantize_rows.register_fake(_quantize_rows_shapes)
+cpu_ops.register_fake("quantize_rows", _quantize_rows_shapes)
 
 
 @torch.library.custom_op("as2hub::gelu_requantize", mutates_args=())
@@ -712,10 +716,13 @@ def gelu_requantize(
     return quantize_tokens(out, smooth, rotate)
 
 
-@gelu_requantize.register_fake
-def _(total, scale, zero, weight_sum, weight_scale, bias, smooth=None, rotate=0):
+def _gelu_requantize_shapes(total, scale, zero, weight_sum, weight_scale, bias, smooth=None, rotate=0):
     tokens = total.shape[0]
     return total.new_empty(total.shape, dtype=torch.int8), scale.new_empty(tokens), scale.new_empty(tokens)
+
+
+gelu_requantize.register_fake(_gelu_requantize_shapes)
+cpu_ops.register_fake("gelu_requantize", _gelu_requantize_shapes)
 
 
 @torch.library.custom_op("as2hub::rescale_norm", mutates_args=())
@@ -753,11 +760,25 @@ def rescale_norm(
     return states, *quantize_tokens(states, smooth, rotate)
 
 
-@rescale_norm.register_fake
-def _(total, scale, zero, weight_sum, weight_scale, bias, residual, norm_weight, norm_bias, eps, smooth=None, rotate=0):
+def _rescale_norm_shapes(
+    total, scale, zero, weight_sum, weight_scale, bias, residual, norm_weight, norm_bias, eps, smooth=None, rotate=0
+):
     tokens = total.shape[0]
     codes = total.new_empty(total.shape, dtype=torch.int8)
     return residual.new_empty(total.shape), codes, scale.new_empty(tokens), scale.new_empty(tokens)
+
+
+rescale_norm.register_fake(_rescale_norm_shapes)
+cpu_ops.register_fake("rescale_norm", _rescale_norm_shapes)
+
+
+def step_operator(name: str, python_op, tensor: torch.Tensor):
+    """The operator that computes step ``name`` of the pass on ``tensor``: its C++ operator
+    (:func:`~as2hub.inference.cpu_ops.step`) on the CPU unless :data:`FEED_FORWARD_KERNEL` is "torch", else the Python
+    one (``python_op``). Chosen when the pass runs, or when a compiled pass is traced."""
+    if tensor.device.type != "cpu" or FEED_FORWARD_KERNEL == "torch":
+        return python_op
+    return cpu_ops.step(name, python_op)
 
 
 Quantized = tuple[torch.Tensor, torch.Tensor, torch.Tensor]  # (codes, scale, zero): quantize_tokens' result
@@ -781,7 +802,7 @@ def _norm_block(
     dense, norm = block.dense, block.LayerNorm
     total = dense.product(quantized[0])
     smooth, rotate = (None, 0) if following is None else (following.input_scale, following.rotation)
-    states, *codes = rescale_norm(
+    states, *codes = step_operator("rescale_norm", rescale_norm, total)(
         total, quantized[1], quantized[2], dense.weight_sum, dense.weight_scale, dense.bias, residual, norm.weight,
         norm.bias, norm.eps, smooth, rotate
     )  # fmt: skip
@@ -792,8 +813,9 @@ def _feed_forward(
     layer: nn.Module, hidden: torch.Tensor, quantized: Quantized, following: "Int8Linear | None"
 ) -> tuple[torch.Tensor, Quantized]:
     inner, outer = layer.intermediate.dense, layer.output.dense
-    codes = gelu_requantize(
-        inner.product(quantized[0]), *quantized[1:], inner.weight_sum, inner.weight_scale, inner.bias,
+    total = inner.product(quantized[0])
+    codes = step_operator("gelu_requantize", gelu_requantize, total)(
+        total, *quantized[1:], inner.weight_sum, inner.weight_scale, inner.bias,
         outer.input_scale, outer.rotation
     )  # fmt: skip
     return _norm_block(layer.output, codes, hidden, following)
@@ -810,7 +832,7 @@ def quantized_layer(
     states are quantized once, for all the products that read them."""
     fused, dense = layer.attention.self.packed_qkv, layer.attention.output.dense
     context = attend(fused.rescale(fused.product(quantized[0]), *quantized[1:]))
-    codes = quantize_rows(context, dense.input_scale, dense.rotation)
+    codes = step_operator("quantize_rows", quantize_rows, context)(context, dense.input_scale, dense.rotation)
     hidden, quantized = _norm_block(layer.attention.output, codes, hidden, layer.intermediate.dense)
     return _feed_forward(layer, hidden, quantized, following)
 

@@ -78,12 +78,17 @@ def _compiler_version(cc: str) -> str:
 
 
 def build(
-    cc: str | None = None, directory: Path | None = None, flags: tuple[str, ...] = FLAGS, source: Path = SOURCE
+    cc: str | None = None,
+    directory: Path | None = None,
+    flags: tuple[str, ...] = FLAGS,
+    source: Path = SOURCE,
+    link: tuple[str, ...] = (),
 ) -> Path:
-    """Compile ``small_attention.c`` (or another of as2hub's C files, ``source``: :mod:`as2hub.inference.int8`'s) for
-    this machine, or return the library already built: its path. ``flags``: the compiler's (default :data:`FLAGS`;
-    e.g. ``-march=x86-64-v3`` for AVX2 only). Raises :class:`SmallAttentionError` naming the compiler and its message
-    when there is none or it fails."""
+    """Compile ``small_attention.c`` (or another of as2hub's C files, ``source``: :mod:`as2hub.inference.int8`'s; or
+    its C++ one, :mod:`as2hub.inference.cpu_ops`') for this machine, or return the library already built: its path.
+    ``flags``: the compiler's (default :data:`FLAGS`; e.g. ``-march=x86-64-v3`` for AVX2 only); ``link``: what follows
+    the source on the command line (libraries, linker options). Raises :class:`SmallAttentionError` naming the compiler
+    and its message when there is none or it fails."""
     cc = cc or compiler()
     if not cc:
         raise SmallAttentionError("no C compiler found (set $CC, or install cc, gcc or clang)")
@@ -93,6 +98,7 @@ def build(
         b"\0".join(
             [code, cc.encode(), _compiler_version(cc).encode(), " ".join(flags).encode(), cpu.model.encode()]
             + [" ".join(sorted(cpu.flags)).encode()]
+            + ([" ".join(link).encode()] if link else [])
         )
     ).hexdigest()[:16]
     directory = Path(directory or cache_dir())
@@ -103,7 +109,9 @@ def build(
     handle, partial = tempfile.mkstemp(prefix=f".{Path(source).stem}_", suffix=".so", dir=directory)
     os.close(handle)
     try:
-        done = subprocess.run([cc, *flags, "-o", partial, str(source)], capture_output=True, text=True, timeout=300)
+        done = subprocess.run(
+            [cc, *flags, "-o", partial, str(source), *link], capture_output=True, text=True, timeout=300
+        )
     except (OSError, subprocess.SubprocessError) as error:
         os.unlink(partial)
         raise SmallAttentionError(f"the C compiler {cc!r} could not run: {error}") from error

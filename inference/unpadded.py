@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 import torch
 
-from as2hub.inference import int8, small_attention
+from as2hub.inference import cpu_ops, int8, small_attention
 from as2hub.inference.cascade import cascade_layers
 from as2hub.modeling.first_token import last_bert_layer
 from as2hub.modeling.ssp_pretraining.unpadding import UnpaddedBatch, scatter_rows, unpadded_layer
@@ -125,9 +125,12 @@ def rowwise_attention(qkv: torch.Tensor, pattern: torch.Tensor, heads: int, scal
     return out
 
 
-@rowwise_attention.register_fake
-def _(qkv, pattern, heads, scale):
+def _rowwise_attention_shapes(qkv, pattern, heads, scale):
     return qkv.new_empty(qkv.shape[0], qkv.shape[1] // 3)
+
+
+rowwise_attention.register_fake(_rowwise_attention_shapes)
+cpu_ops.register_fake("rowwise_attention", _rowwise_attention_shapes)
 
 
 @torch.library.custom_op("as2hub::first_token_attention", mutates_args=())
@@ -151,9 +154,20 @@ def first_token_attention(
     return context.transpose(1, 2).reshape(rows, width)
 
 
-@first_token_attention.register_fake
-def _(query, keys_values, index, pattern, heads, scale):
+def _first_token_attention_shapes(query, keys_values, index, pattern, heads, scale):
     return query.new_empty(query.shape)
+
+
+first_token_attention.register_fake(_first_token_attention_shapes)
+cpu_ops.register_fake("first_token_attention", _first_token_attention_shapes)
+
+
+def _attention_operator(name: str, python_op, tensor: torch.Tensor):
+    """:func:`rowwise_attention` or :func:`first_token_attention` (``name``, ``python_op``) as the int8 pass calls it:
+    its C++ operator (:func:`~as2hub.inference.cpu_ops.step`) on the CPU unless :data:`ROW_ATTENTION` is "torch"."""
+    if tensor.device.type != "cpu" or ROW_ATTENTION == "torch":
+        return python_op
+    return cpu_ops.step(name, python_op)
 
 
 def _attend_rows(qkv, plan: UnpaddedBatch, heads: int, head_size: int, dropout: float, scale: float) -> torch.Tensor:
@@ -313,18 +327,21 @@ def _quantized_stage(model, layers, hidden, plan: UnpaddedBatch, firsts, last: b
     heads, head_size = attention.num_attention_heads, attention.attention_head_size
     scale = getattr(attention, "scaling", head_size**-0.5)
     first_reader = int8.reader(layers[0])
-    quantized = int8.quantize_rows(hidden, first_reader.input_scale, first_reader.rotation)
+    quantize = int8.step_operator("quantize_rows", int8.quantize_rows, hidden)
+    quantized = quantize(hidden, first_reader.input_scale, first_reader.rotation)
+    rows = _attention_operator("rowwise_attention", rowwise_attention, hidden)
     body = layers[:-1] if last else layers
     for position, layer in enumerate(body):
         # the codes each layer hands on are for the next layer's products (smoothed, rotated); none after the stage
         following = int8.reader(layers[position + 1]) if position + 1 < len(layers) else None
         hidden, quantized = int8.quantized_layer(
-            layer, hidden, quantized, lambda qkv: rowwise_attention(qkv, plan.pattern, heads, scale), following
+            layer, hidden, quantized, lambda qkv: rows(qkv, plan.pattern, heads, scale), following
         )
     if last:
+        firsts_only = _attention_operator("first_token_attention", first_token_attention, hidden)
 
         def attend(query, keys_values):
-            return first_token_attention(query, keys_values, plan.index, plan.pattern, heads, scale)
+            return firsts_only(query, keys_values, plan.index, plan.pattern, heads, scale)
 
         first = int8.quantized_first_tokens(layers[-1], hidden, quantized, firsts, attend)
         return first, model.classify_hidden(first[:, None, :])

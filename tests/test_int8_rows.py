@@ -22,7 +22,7 @@ import pytest
 import torch
 from test_cascade import CANDIDATES, CONTEXTS, QUESTION, cascade_model
 
-from as2hub.inference import int8, small_attention, unpadded
+from as2hub.inference import cpu_ops, int8, small_attention, unpadded
 from as2hub.inference.int8 import gelu_requantize, quantize_encoder, rescale_norm
 from as2hub.inference.ranking import Ranker
 
@@ -177,6 +177,7 @@ def test_unpadded_int8_pass_through_the_kernel_scores_as_torch(monkeypatch, toke
     calls = []
     kernel = int8.rescale_norm
     monkeypatch.setattr(int8, "rescale_norm", lambda *a: calls.append(1) or kernel(*a))
+    monkeypatch.setattr(cpu_ops, "library", lambda: False)  # the Python operators (test_cpu_ops.py: the C++ ones)
     threads = torch.get_num_threads()
     try:
         torch.set_num_threads(1)
