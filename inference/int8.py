@@ -582,7 +582,8 @@ def _rows_layout(layer: nn.Module) -> bool:
 
 # The feed-forward step between the two int8 products (rescale, GELU, quantize each row again): "auto" (the C kernel
 # of int8_rows.c with one torch thread where it builds, else torch's operations), "kernel" (always the C kernel: an
-# error where it cannot run), "torch". Read at every call, also inside compiled passes (a custom operator).
+# error where it cannot run), "torch". Read at every call, also inside compiled passes (a custom operator); whether the
+# pass calls the C++ operators (:mod:`as2hub.inference.cpu_ops`; not with "torch") is read when a pass is compiled.
 ROWS_SOURCE = Path(__file__).with_name("int8_rows.c")
 FEED_FORWARD_KERNELS = ("auto", "kernel", "torch")
 FEED_FORWARD_KERNEL = "auto"

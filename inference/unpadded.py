@@ -77,7 +77,9 @@ ROW_MULTIPLE = 32
 
 # How the packed pass attends on the CPU: "auto" (the small_attention kernel, :mod:`as2hub.inference.small_attention`,
 # with one torch thread where it builds; else PyTorch's kernel, a call per pair), "kernel" (always the small_attention
-# kernel: an error where it cannot run), "sdpa" (always PyTorch's). Read at every call, also inside compiled passes.
+# kernel: an error where it cannot run), "sdpa" (always PyTorch's). Read at every call, also inside compiled passes;
+# whether the int8 pass calls the C++ operator (:mod:`as2hub.inference.cpu_ops`; not with "sdpa") is read when a pass
+# is compiled.
 ROW_ATTENTIONS = ("auto", "kernel", "sdpa")
 ROW_ATTENTION = "auto"
 
@@ -164,8 +166,8 @@ cpu_ops.register_fake("first_token_attention", _first_token_attention_shapes)
 
 def _attention_operator(name: str, python_op, tensor: torch.Tensor):
     """:func:`rowwise_attention` or :func:`first_token_attention` (``name``, ``python_op``) as the int8 pass calls it:
-    its C++ operator (:func:`~as2hub.inference.cpu_ops.step`) on the CPU unless :data:`ROW_ATTENTION` is "torch"."""
-    if tensor.device.type != "cpu" or ROW_ATTENTION == "torch":
+    its C++ operator (:func:`~as2hub.inference.cpu_ops.step`) on the CPU unless :data:`ROW_ATTENTION` is "sdpa"."""
+    if tensor.device.type != "cpu" or ROW_ATTENTION == "sdpa":
         return python_op
     return cpu_ops.step(name, python_op)
 

@@ -18,7 +18,7 @@ from test_cascade import CANDIDATES, CONTEXTS, QUESTION, cascade_model
 from test_int8_rows import products, smoothing
 from test_small_attention import LENGTHS, packed
 
-from as2hub.inference import cpu_ops, int8, small_attention
+from as2hub.inference import cpu_ops, int8, small_attention, unpadded
 from as2hub.inference.int8 import gelu_requantize, quantize_encoder, quantize_rows, rescale_norm
 from as2hub.inference.ranking import Ranker
 from as2hub.inference.unpadded import PackedRows, first_token_attention, rowwise_attention
@@ -130,6 +130,9 @@ def test_the_eager_pass_calls_them_and_scores_as_with_the_python_operators(
     monkeypatch.setattr(int8, "FEED_FORWARD_KERNEL", "torch")  # a setting that names torch keeps the Python ones
     monkeypatch.setattr(cpu_ops, "library", lambda: True)
     assert int8.step_operator("gelu_requantize", gelu_requantize, torch.zeros(1)) is gelu_requantize
+    assert unpadded._attention_operator("rowwise_attention", rowwise_attention, torch.zeros(1)) is not rowwise_attention
+    monkeypatch.setattr(unpadded, "ROW_ATTENTION", "sdpa")  # PyTorch's attention, as the Python operator reads it
+    assert unpadded._attention_operator("rowwise_attention", rowwise_attention, torch.zeros(1)) is rowwise_attention
 
 
 @pytest.fixture
