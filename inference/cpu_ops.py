@@ -9,7 +9,8 @@ the same names in the ``as2hub_cpu`` namespace, built once per machine with the 
 calls them instead (:func:`step`), and a compiled pass (``Ranker.from_pretrained(..., backend="torch-int8",
 unpadded=True, torch_compile=True)``) writes its wrapper in C++ (inductor's ``cpp_wrapper``): a question's scoring
 then runs no Python between its kernels. Measured on the AVX-512 EPYC (1 thread, 80 WikiQA dev questions, best of 5
-passes, twice, interleaved, 2026-11-30): 31.0-31.6 ms a question against 32.4-33.0 with the Python operators.
+passes, two interleaved pairs, 2026-11-30; inference/BACKENDS.md): 30.7-31.3 ms a question against 33.8-34.7 with the
+Python operators (``AS2HUB_CPU_OPS=0``).
 
 Each C++ operator computes what its Python operator computes where that one takes the C kernel (one torch thread,
 fp32 rows, heads of a multiple of 16) and hands any other call to the Python operator, so the results are the
