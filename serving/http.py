@@ -288,27 +288,37 @@ class Reranker:
     async def call(self, method: str, *args):
         """``Scorer.<method>(*args)`` through the handle. Past the replicas' bounds: 429 / 503 with Retry-After at
         once. A replica that dies with the call in flight: the call is sent once more (scoring is idempotent; the
-        router no longer routes to the dead replica), then 503 with Retry-After."""
+        router no longer routes to the dead replica); where the other replicas are full at that moment (the router
+        still counts the dead replica's calls for a while), once more after their Retry-After, since the request was
+        already taken; then 503 with Retry-After."""
         try:
             return await self.call_once(method, args)
         except (RayActorError, ReplicaUnavailableError) as error:
             self.retried["retried"] += 1
             logger.warning("%s: its scoring replica died mid-request (%s); sent once more", method, one_line(error))
-        try:
-            result = await self.call_once(method, args)
-        except (RayActorError, ReplicaUnavailableError) as error:
-            self.retried["unavailable"] += 1
-            logger.error("%s: the retry's scoring replica died too (%s); answered 503", method, one_line(error))
-            message = f"no scoring replica could take the request ({type(error).__name__})"
-            raise Unavailable(503, message, self.config.retry_after_s) from None
-        except Unavailable as error:  # overloaded, or no replica left
-            self.retried["unavailable"] += 1
-            logger.error("%s: no scoring replica could take the retry (%s); answered 503", method, error.detail)
-            message = f"its scoring replica died and no other could take the request: {error.detail}"
-            raise Unavailable(503, message, self.config.retry_after_s) from None
-        self.retried["recovered"] += 1
-        logger.warning("%s: the retry was answered", method)
-        return result
+        for attempt in (1, 2):
+            try:
+                result = await self.call_once(method, args)
+            except (RayActorError, ReplicaUnavailableError) as error:
+                self.retried["unavailable"] += 1
+                logger.error("%s: the retry's scoring replica died too (%s); answered 503", method, one_line(error))
+                message = f"no scoring replica could take the request ({type(error).__name__})"
+                raise Unavailable(503, message, self.config.retry_after_s) from None
+            except Unavailable as error:  # overloaded, or no replica left
+                if attempt == 1 and error.error_type == "Overloaded":
+                    wait = float((error.headers or {}).get("Retry-After", self.config.retry_after_s))
+                    logger.warning(
+                        "%s: the retry met full replicas (%s); sent again in %g s", method, error.detail, wait
+                    )
+                    await asyncio.sleep(wait)
+                    continue
+                self.retried["unavailable"] += 1
+                logger.error("%s: no scoring replica could take the retry (%s); answered 503", method, error.detail)
+                message = f"its scoring replica died and no other could take the request: {error.detail}"
+                raise Unavailable(503, message, self.config.retry_after_s) from None
+            self.retried["recovered"] += 1
+            logger.warning("%s: the retry was answered", method)
+            return result
 
     async def call_once(self, method: str, args: tuple):
         try:

@@ -283,3 +283,44 @@ def test_exact_top_margin_reaches_a_pairwise_ranker_and_is_refused_for_a_joint_m
     monkeypatch.setattr(scorer, "is_joint_folder", lambda path: True)
     with pytest.raises(ArgumentError, match="--exact_top_margin applies to pairwise and contextual rankers; m is a "):
         scorer.RerankScorer(ServeConfig(model="m", exact_top_margin=0.1))
+
+
+def test_a_retry_after_a_replica_death_that_meets_full_replicas_waits_their_retry_after_once():
+    """The ingress's retry (``Reranker.call``) where the surviving replicas are full for a moment: sent once more after
+    their Retry-After, then 503; a 503 for no replica left is not waited on."""
+    import asyncio
+    import time
+    from types import SimpleNamespace
+
+    from ray.exceptions import ActorDiedError
+
+    from as2hub.serving.http import Reranker, Unavailable
+
+    def ingress(outcomes):
+        calls = []
+
+        async def call_once(method, args):
+            calls.append(time.monotonic())
+            outcome = outcomes[len(calls) - 1]
+            if isinstance(outcome, Exception):
+                raise outcome
+            return outcome
+
+        reranker = Reranker.func_or_class.__new__(Reranker.func_or_class)
+        reranker.retried = dict.fromkeys(("retried", "recovered", "unavailable", "overloaded"), 0)
+        reranker.config, reranker.call_once = SimpleNamespace(retry_after_s=3.0), call_once
+        return reranker, calls
+
+    full = Unavailable(503, "overloaded: queue full", 0.2, "Overloaded")  # Retry-After: 1 (whole seconds, rounded up)
+    reranker, calls = ingress([ActorDiedError(), full, "scores"])
+    assert asyncio.run(reranker.call("rank", "query")) == "scores"
+    assert len(calls) == 3 and calls[2] - calls[1] >= 0.9
+    assert reranker.retried == {"retried": 1, "recovered": 1, "unavailable": 0, "overloaded": 0}
+    reranker, calls = ingress([ActorDiedError(), full, full])
+    with pytest.raises(Unavailable, match="its scoring replica died and no other could take the request") as refused:
+        asyncio.run(reranker.call("rank", "query"))
+    assert refused.value.status_code == 503 and refused.value.headers["Retry-After"] == "3" and len(calls) == 3
+    reranker, calls = ingress([ActorDiedError(), Unavailable(503, "no scoring replica: gone", 3.0)])
+    with pytest.raises(Unavailable, match="no scoring replica: gone"):
+        asyncio.run(reranker.call("rank", "query"))
+    assert len(calls) == 2  # no replica left: nothing to wait for
