@@ -26,7 +26,6 @@ warning says why); ``AS2HUB_CPU_OPS=0`` keeps them too.
 
 import logging
 import os
-import shutil
 from pathlib import Path
 
 import torch
@@ -61,9 +60,7 @@ def register_fake(name: str, shapes) -> None:
 
 def cxx_compiler() -> str | None:
     """The C++ compiler: ``$CXX`` (as given), else ``c++``, ``g++`` or ``clang++`` on the ``PATH``."""
-    if os.environ.get("CXX"):
-        return os.environ["CXX"]
-    return next((path for name in ("c++", "g++", "clang++") if (path := shutil.which(name))), None)
+    return small_attention.compiler("CXX", ("c++", "g++", "clang++"))
 
 
 def build(directory: Path | None = None) -> Path:
@@ -121,8 +118,11 @@ def _load() -> bool:
     return True
 
 
-def step(name: str, python_op):
-    """The C++ operator ``as2hub_cpu::<name>`` where the C++ operators load here, else ``python_op`` (the pass's
-    Python operator of that name, e.g. :func:`~as2hub.inference.int8.gelu_requantize`). Either computes the same; the
-    caller decides whether the kernel path applies at all (``python_op`` where its settings say "torch")."""
-    return getattr(getattr(torch.ops, NAMESPACE), name).default if library() else python_op
+def step(name: str, python_op, tensor: torch.Tensor | None = None):
+    """The C++ operator ``as2hub_cpu::<name>`` where the C++ operators load here (and ``tensor``, the step's input
+    where given, is on the CPU: they have CPU kernels only), else ``python_op`` (the pass's Python operator of that
+    name, e.g. :func:`~as2hub.inference.int8.gelu_requantize`). Either computes the same; the caller decides whether
+    the kernel path applies at all (``python_op`` where its settings say "torch")."""
+    if (tensor is not None and tensor.device.type != "cpu") or not library():
+        return python_op
+    return getattr(getattr(torch.ops, NAMESPACE), name).default

@@ -777,9 +777,7 @@ def step_operator(name: str, python_op, tensor: torch.Tensor):
     """The operator that computes step ``name`` of the pass on ``tensor``: its C++ operator
     (:func:`~as2hub.inference.cpu_ops.step`) on the CPU unless :data:`FEED_FORWARD_KERNEL` is "torch", else the Python
     one (``python_op``). Chosen when the pass runs, or when a compiled pass is traced."""
-    if tensor.device.type != "cpu" or FEED_FORWARD_KERNEL == "torch":
-        return python_op
-    return cpu_ops.step(name, python_op)
+    return python_op if FEED_FORWARD_KERNEL == "torch" else cpu_ops.step(name, python_op, tensor)
 
 
 Quantized = tuple[torch.Tensor, torch.Tensor, torch.Tensor]  # (codes, scale, zero): quantize_tokens' result

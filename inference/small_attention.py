@@ -61,12 +61,12 @@ def cache_dir() -> Path:
     return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "as2hub" / "kernels"
 
 
-def compiler() -> str | None:
+def compiler(variable: str = "CC", names: tuple[str, ...] = ("cc", "gcc", "clang")) -> str | None:
     """The C compiler: ``$CC`` (as given: a missing one is reported, not replaced), else ``cc``, ``gcc`` or
-    ``clang`` on the ``PATH``."""
-    if os.environ.get("CC"):
-        return os.environ["CC"]
-    return next((path for name in ("cc", "gcc", "clang") if (path := shutil.which(name))), None)
+    ``clang`` on the ``PATH``; another kind by its variable and names (:func:`~as2hub.inference.cpu_ops.cxx_compiler`)."""
+    if os.environ.get(variable):
+        return os.environ[variable]
+    return next((path for name in names if (path := shutil.which(name))), None)
 
 
 def _compiler_version(cc: str) -> str:

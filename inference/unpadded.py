@@ -167,9 +167,7 @@ cpu_ops.register_fake("first_token_attention", _first_token_attention_shapes)
 def _attention_operator(name: str, python_op, tensor: torch.Tensor):
     """:func:`rowwise_attention` or :func:`first_token_attention` (``name``, ``python_op``) as the int8 pass calls it:
     its C++ operator (:func:`~as2hub.inference.cpu_ops.step`) on the CPU unless :data:`ROW_ATTENTION` is "sdpa"."""
-    if tensor.device.type != "cpu" or ROW_ATTENTION == "sdpa":
-        return python_op
-    return cpu_ops.step(name, python_op)
+    return python_op if ROW_ATTENTION == "sdpa" else cpu_ops.step(name, python_op, tensor)
 
 
 def _attend_rows(qkv, plan: UnpaddedBatch, heads: int, head_size: int, dropout: float, scale: float) -> torch.Tensor:
