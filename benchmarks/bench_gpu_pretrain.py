@@ -29,6 +29,14 @@ step, not as a higher MFU (and an unpadded system's encoder with its real tokens
 system with the work on the real tokens only (the same formula with T = the non-padding tokens and the attention
 term summed over each example's own length): what a user pays for.
 
+``--profile_steps N`` (the kit's ``pretrain_speed`` passes 3): after the timing, ``torch.profiler`` records N steps
+of the fastest system and the JSON's ``profile`` says where its step goes: the device's kernel time per step by kind
+(``matmul``, ``attention``, ``fused`` (inductor's Triton kernels), ``optimizer``, ``copy``, ``other``), the 15 longest
+kernels, and ``device_busy_fraction`` (kernel time / the timed step: well below 1 means the GPU waits for the CPU's
+launches, which CUDA graphs remove; near 1 means the kernels themselves are what to make faster). On the CPU the same
+record counts the operators' own CPU time, without the busy fraction (the profiler's records nest there and carry its
+own cost).
+
 Data: examples/s the training loop needs (batch / as2hub step time) against examples/s a
 ``torch.utils.data.DataLoader`` over ``StructurePretrainingIterableDataset`` + ``PretrainingCollator`` (what
 ``run_pretrain.py`` streams, with exact-resume position tracking) produces with N workers.
@@ -37,6 +45,8 @@ Usage on a CUDA machine (benchmarks/gpu/README.md)::
 
     python benchmarks/bench_gpu_pretrain.py                                  # both pairs, 128 and 256 tokens
     python benchmarks/bench_gpu_pretrain.py --pairs roberta --systems as2hub,stock,as2hub_unpadded,as2hub_unpadded_compiled
+    python benchmarks/bench_gpu_pretrain.py --pairs roberta --seq_lengths 128 --systems as2hub,stock,as2hub_unpadded_compiled \
+        --profile_steps 3                                                    # where the fastest step's time goes
     python benchmarks/bench_gpu_pretrain.py --device cpu --tiny --results /tmp/gpu_pretrain_smoke.json   # smoke
 
 Writes ``benchmarks/results/gpu_pretrain.json``.
@@ -88,6 +98,12 @@ def parse_args(argv=None):
     parser.add_argument("--corpus", default=None, help="corpus for the batches and the data test (default: pydoc)")
     parser.add_argument("--tiny", action="store_true", help="tiny models and batches (smoke runs, tests)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--profile_steps",
+        type=int,
+        default=0,
+        help="after timing, profile this many steps of the fastest system (0: no profile)",
+    )
     parser.add_argument("--results", default=str(RESULTS_DIR / "gpu_pretrain.json"))
     args = parser.parse_args(argv)
     args.pairs = [p.strip() for p in args.pairs.split(",") if p.strip()]
@@ -243,6 +259,77 @@ def datasheet_peak(device: str) -> tuple[str | None, float | None]:
     return name, None
 
 
+# Kernel (or, on the CPU, operator) name fragments -> kind, first match wins (names lower-cased). cuBLAS/cuBLASLt and
+# CUTLASS GEMMs (sm90_xmma_gemm_*, nvjet_*, cutlass::*), flash / memory-efficient attention, inductor's Triton kernels,
+# the fused AdamW, layout and copy kernels; aten operator names for the CPU.
+KERNEL_KINDS = (
+    ("attention", ("flash", "fmha", "attention", "sdpa", "softmax")),
+    ("matmul", ("gemm", "cutlass", "xmma", "nvjet", "cublas", "aten::mm", "aten::addmm", "aten::bmm", "matmul")),
+    ("optimizer", ("adam", "multi_tensor", "foreach")),
+    ("fused", ("triton",)),
+    ("copy", ("copy", "memcpy", "memset", "index", "gather", "scatter", "nonzero", "aten::cat", "fill")),
+)
+
+
+def kernel_kind(name: str) -> str:
+    lowered = name.lower()
+    return next((kind for kind, fragments in KERNEL_KINDS if any(f in lowered for f in fragments)), "other")
+
+
+def profile_step(step, steps: int, device: str, step_ms: float) -> dict:
+    """Where a step's time goes: ``steps`` steps under ``torch.profiler``, each kernel's own device time (on the CPU
+    each operator's own CPU time) per step, by :func:`kernel_kind` and the 15 longest; ``device_busy_fraction`` is that
+    time over ``step_ms`` (the step timed without the profiler; on the GPU only)."""
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device == "cuda" else [])
+    step()  # not the first call under the profiler: allocations and lazy initialization
+    with profile(activities=activities) as prof:
+        for _ in range(steps):
+            step()
+        if device == "cuda":
+            torch.cuda.synchronize()
+    kernels = []
+    for event in prof.key_averages():
+        if device == "cuda":
+            if event.device_type != DeviceType.CUDA:
+                continue
+            own_us = event.self_device_time_total
+        else:
+            own_us = event.self_cpu_time_total
+        if own_us > 0:
+            kernels.append((event.key, own_us / 1000 / steps, event.count / steps))
+    if not kernels:
+        logger.warning("profile: no %s time recorded (on a GPU: is CUPTI available?)", device)
+    kernels.sort(key=lambda k: -k[1])
+    total = sum(ms for _, ms, _ in kernels)
+    kinds: dict[str, float] = {}
+    for name, ms, _ in kernels:
+        kinds[kernel_kind(name)] = kinds.get(kernel_kind(name), 0.0) + ms
+    return {
+        "steps": steps,
+        "step_ms": step_ms,
+        "kernel_ms_per_step": total,
+        # CUPTI times kernels exactly; the CPU's operator records nest and carry the profiler's own cost: no fraction
+        "device_busy_fraction": total / step_ms if device == "cuda" and step_ms else None,
+        "by_kind": {
+            kind: {"ms_per_step": ms, "share": ms / total if total else 0.0}
+            for kind, ms in sorted(kinds.items(), key=lambda item: -item[1])
+        },
+        "top_kernels": [
+            {
+                "name": name[:200],
+                "kind": kernel_kind(name),
+                "ms_per_step": ms,
+                "calls_per_step": calls,
+                "share": ms / total if total else 0.0,
+            }
+            for name, ms, calls in kernels[:15]
+        ],  # fmt: skip
+    }
+
+
 # --------------------------------------------------------------------------------------------------------------------
 
 
@@ -356,6 +443,16 @@ def run_length(pair: str, seq: int, models: dict, initial: dict, tokenizer, exam
             system["non_padding_tokens_per_s"] / systems["as2hub"]["non_padding_tokens_per_s"]
         )
     fastest = max(systems, key=lambda name: systems[name]["non_padding_tokens_per_s"])
+    profiled = None
+    if args.profile_steps > 0:
+        profiled = {"system": fastest, **profile_step(steps[fastest], args.profile_steps, args.device,
+                                                       systems[fastest]["median_ms"])}  # fmt: skip
+        busy = profiled["device_busy_fraction"]
+        logger.info(
+            "profile of %s at %d tokens: %.1f ms of kernels a step (%s of the timed step); %s", fastest, seq,
+            profiled["kernel_ms_per_step"], f"{busy:.0%}" if busy is not None else "-",
+            ", ".join(f"{kind} {v['share']:.0%}" for kind, v in profiled["by_kind"].items()),
+        )  # fmt: skip
     return {
         "seq_length": seq,
         "batch_size": batch_size,
@@ -369,6 +466,7 @@ def run_length(pair: str, seq: int, models: dict, initial: dict, tokenizer, exam
         "within_target_mfu": (systems["as2hub"]["mfu"] or 0) >= TARGET_MFU if peak else None,
         "fastest_system": fastest,
         "fastest_mfu_real_tokens": systems[fastest]["mfu_real_tokens"],
+        "profile": profiled,
     }
 
 

@@ -502,12 +502,39 @@ def test_training_flops_match_torch_flop_counter(pair):
     assert flops["as2hub_unpadded"] < flops["as2hub"]  # its dense layers skip the padding
 
 
+# Kernel names as CUDA 12/13 builds of torch 2.11 and inductor name them in a profile, and the kind each belongs to.
+KERNEL_NAMES = {
+    "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64_warpgroupsize1x1x1_execute_segment_k_off": "matmul",
+    "nvjet_tst_128x256_64x4_1x2_h_bz_coopA_NTN": "matmul",
+    "void cutlass::Kernel2<cutlass_80_wmma_tensorop_bf16_s161616gemm_bf16_16x16_128x2_tn_align8>(T1::Params)": "matmul",
+    "void pytorch_flash::flash_fwd_kernel<Flash_fwd_kernel_traits<64, 128, 128, 4, false, false, cutlass::bfloat16_t>>":
+        "attention",
+    "fmha_cutlassB_bf16_aligned_64x64_k64_sm80(PyTorchMemEffAttention::AttentionBackwardKernel<...>::Params)":
+        "attention",
+    "triton_poi_fused_add_native_layer_norm_0": "fused",
+    "triton_red_fused_native_layer_norm_backward_3": "fused",
+    "void at::native::(anonymous namespace)::multi_tensor_apply_kernel<at::native::(anonymous namespace)::"
+    "TensorListMetadata<4>, at::native::(anonymous namespace)::FusedAdamMathFunctor<float, 4>>": "optimizer",
+    "Memcpy DtoD (Device -> Device)": "copy",
+    "void at::native::index_elementwise_kernel<128, 4, ...>": "copy",
+    "void at::native::vectorized_elementwise_kernel<4, at::native::GeluCUDAKernelImpl<...>>": "other",
+    "aten::addmm": "matmul",
+    "aten::_foreach_mul_": "optimizer",
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("name", sorted(KERNEL_NAMES))
+def test_profile_kernel_kinds(name):
+    assert benchmark_module("bench_gpu_pretrain").kernel_kind(name) == KERNEL_NAMES[name]
+
+
 @pytest.mark.slow
 def test_gpu_pretrain_benchmark_runs_on_the_cpu_at_tiny_size(tmp_path):
     results = tmp_path / "gpu_pretrain.json"
     command = [sys.executable, str(BENCHMARKS / "bench_gpu_pretrain.py"), "--device", "cpu", "--tiny",
                "--batch_size", "4", "--seq_lengths", "32", "--steps", "2", "--warmup", "1", "--workers", "0,1",
-               "--data_batches", "2", "--systems", "as2hub,stock,as2hub_unpadded", "--results", str(results)]  # fmt: skip
+               "--data_batches", "2", "--systems", "as2hub,stock,as2hub_unpadded", "--profile_steps", "2",
+               "--results", str(results)]  # fmt: skip
     result = subprocess.run(
         command, capture_output=True, text=True, timeout=600, env={**os.environ, "OMP_NUM_THREADS": "1"}
     )
@@ -526,6 +553,16 @@ def test_gpu_pretrain_benchmark_runs_on_the_cpu_at_tiny_size(tmp_path):
         assert unpadded < padded if length["padding_fraction"] > 0 else unpadded == pytest.approx(padded)
         for system in systems.values():
             assert 0 < system["achieved_tflops_real_tokens"] <= system["achieved_tflops"]
+        profiled = length["profile"]  # the fastest system's step, operator by operator
+        assert profiled["system"] == length["fastest_system"] and profiled["steps"] == 2
+        assert sum(kind["share"] for kind in profiled["by_kind"].values()) == pytest.approx(1.0)
+        assert profiled["by_kind"]["matmul"]["ms_per_step"] > 0  # the encoder's projections
+        assert profiled["kernel_ms_per_step"] == pytest.approx(
+            sum(kind["ms_per_step"] for kind in profiled["by_kind"].values())
+        )
+        top = [kernel["ms_per_step"] for kernel in profiled["top_kernels"]]
+        assert top == sorted(top, reverse=True) and 0 < len(top) <= 15
+        assert profiled["device_busy_fraction"] is None  # on the GPU only: CPU records nest
         data = length["data"]
         assert set(data["workers"]) == {"0", "1"} and data["needed_examples_per_s"] > 0
         assert all(w["examples_per_s"] > 0 for w in data["workers"].values())

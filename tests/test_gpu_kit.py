@@ -57,6 +57,7 @@ def test_the_pretrain_speed_part_runs_the_unpadded_and_compiled_systems():
     parsed = bench_gpu_pretrain.parse_args(args)
     assert parsed.device == "cuda" and parsed.pairs == ["roberta"] and parsed.seq_lengths == [128, 256]
     assert {"as2hub", "stock", "as2hub_unpadded", "as2hub_unpadded_compiled"} <= set(parsed.systems)
+    assert parsed.profile_steps > 0  # where the fastest step's time goes comes back with the figures
 
 
 def test_a_systems_subset_keeps_the_two_reference_rows():
