@@ -326,7 +326,7 @@ def profile_step(step, steps: int, device: str, step_ms: float) -> dict:
                 "share": ms / total if total else 0.0,
             }
             for name, ms, calls in kernels[:15]
-        ],  # fmt: skip
+        ],
     }
 
 
