@@ -299,14 +299,14 @@ def profile_step(step, steps: int, device: str, step_ms: float) -> dict:
         else:
             own_us = event.self_cpu_time_total
         if own_us > 0:
-            kernels.append((event.key, own_us / 1000 / steps, event.count / steps))
+            kernels.append((event.key, kernel_kind(event.key), own_us / 1000 / steps, event.count / steps))
     if not kernels:
         logger.warning("profile: no %s time recorded (on a GPU: is CUPTI available?)", device)
-    kernels.sort(key=lambda k: -k[1])
-    total = sum(ms for _, ms, _ in kernels)
+    kernels.sort(key=lambda k: -k[2])
+    total = sum(ms for _, _, ms, _ in kernels)
     kinds: dict[str, float] = {}
-    for name, ms, _ in kernels:
-        kinds[kernel_kind(name)] = kinds.get(kernel_kind(name), 0.0) + ms
+    for _, kind, ms, _ in kernels:
+        kinds[kind] = kinds.get(kind, 0.0) + ms
     return {
         "steps": steps,
         "step_ms": step_ms,
@@ -320,12 +320,12 @@ def profile_step(step, steps: int, device: str, step_ms: float) -> dict:
         "top_kernels": [
             {
                 "name": name[:200],
-                "kind": kernel_kind(name),
+                "kind": kind,
                 "ms_per_step": ms,
                 "calls_per_step": calls,
                 "share": ms / total if total else 0.0,
             }
-            for name, ms, calls in kernels[:15]
+            for name, kind, ms, calls in kernels[:15]
         ],
     }
 
