@@ -19,6 +19,7 @@ import os
 import shutil
 import signal
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -375,12 +376,21 @@ def _corpus_documents(source: str, cfg, folder: Path, info: dict):
     elif source == "wikiqa_train":
         import bench_research_dslc_minilm as research
 
+        # Written under a name of its own, renamed once read: two invocations started together (one per system)
+        # never read each other's half-written part, and an interrupted one leaves none behind.
         part = folder / "wikiqa_train_documents.jsonl"
-        info["parts"][source] = research.build_corpus(part, add_pydoc=False, max_documents=None)
-        with open(part, encoding="utf-8") as handle:
-            for line in handle:
-                record = json.loads(line)
-                yield f"wikiqa:{record['id']}", record["text"]
+        descriptor, own = tempfile.mkstemp(dir=folder, prefix=f".{part.name}.", suffix=".tmp")
+        os.close(descriptor)
+        try:
+            built = research.build_corpus(Path(own), add_pydoc=False, max_documents=None)
+            info["parts"][source] = {**built, "path": str(part)}
+            with open(own, encoding="utf-8") as handle:
+                for line in handle:
+                    record = json.loads(line)
+                    yield f"wikiqa:{record['id']}", record["text"]
+            os.replace(own, part)
+        finally:
+            Path(own).unlink(missing_ok=True)
     elif source == "embedded":
         from as2hub.data_collators.readers.corpus import default_corpus
 

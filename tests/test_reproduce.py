@@ -663,3 +663,33 @@ def test_the_command_line_reports_a_missing_file_without_a_traceback(tmp_path):
     lines = done.stderr.strip().splitlines()
     assert done.returncode == 2 and len(lines) == 1 and "Traceback" not in done.stderr, done.stderr[-2000:]
     assert f"model folder {tmp_path / 'no_model'} has no config.json" in lines[0] and "--model" in lines[0]
+
+
+def test_two_invocations_building_the_wikiqa_corpus_part_together_each_read_a_whole_file(tmp_path, monkeypatch):
+    """Two systems started at once build the same corpus folder: while the first reads WikiQA's part, the second
+    writes its own (here it stops half-way through a line); the first still reads three whole documents, and neither
+    leaves a half-written file behind (a run once died on a truncated line)."""
+    import bench_research_dslc_minilm as research
+
+    def write_part(path, add_pydoc, max_documents):
+        with open(path, "w", encoding="utf-8") as handle:
+            if calls:  # the second invocation, caught mid-write
+                handle.write('{"id": 0, "te')
+                handle.flush()
+                raise KeyboardInterrupt
+            calls.append(path)
+            for index in range(3):
+                handle.write(json.dumps({"id": index, "text": f"document {index}"}) + "\n")
+        return {"documents": 3, "path": str(path)}
+
+    calls = []
+    monkeypatch.setattr(research, "build_corpus", write_part)
+    info = {"parts": {}}
+    first = reproduce_runs._corpus_documents("wikiqa_train", None, tmp_path, info)
+    assert next(first) == ("wikiqa:0", "document 0")  # the first is reading its part...
+    with pytest.raises(KeyboardInterrupt):  # ...when the second starts writing
+        list(reproduce_runs._corpus_documents("wikiqa_train", None, tmp_path, {"parts": {}}))
+    assert list(first) == [("wikiqa:1", "document 1"), ("wikiqa:2", "document 2")]
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["wikiqa_train_documents.jsonl"]
+    assert len((tmp_path / "wikiqa_train_documents.jsonl").read_text().splitlines()) == 3
+    assert info["parts"]["wikiqa_train"] == {"documents": 3, "path": str(tmp_path / "wikiqa_train_documents.jsonl")}
