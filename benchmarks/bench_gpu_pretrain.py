@@ -12,7 +12,11 @@ fp32 master weights, ``torch.optim.AdamW(fused=True)``), base size (12 layers x 
 
 ``--systems`` adds as2hub variants of the same model (issue 52): ``as2hub_unpadded`` (``config.unpadded``: the dense
 layers compute the real tokens only), ``as2hub_compiled`` and ``as2hub_unpadded_compiled`` (``torch.compile``,
-inductor, with the dynamo settings of ``SSPTrainer``; the compile happens in the warm-up steps).
+inductor, with the dynamo settings of ``SSPTrainer``; the compile happens in the warm-up steps), and
+``as2hub_varlen_compiled`` (the unpadded compiled step with ``unpadding.ATTENTION_LAYOUT = "varlen"``: attention by
+PyTorch's variable-length flash kernel on the gathered tokens, no padded layout; CUDA in bf16, elsewhere the padded
+layout). A variant that fails on this machine is left out of the timing, with its error in the JSON's
+``failed_systems``; as2hub and stock must run.
 
 Every system of a pair gets the same weights (the stock model a copy of as2hub's) and the same batch: DSLC examples of
 the embedded corpus (or ``--corpus``) collated by ``PretrainingCollator`` and padded to the sequence length, so every
@@ -75,11 +79,12 @@ TINY = {"hidden_size": 32, "num_layers": 2, "num_heads": 2, "intermediate_size":
 # Dense bf16 tensor-core peaks from the vendors' datasheets (TFLOP/s, without sparsity).
 DATASHEET_BF16_TFLOPS = {"H200": 989.4, "H100 80GB HBM3": 989.4, "H100 NVL": 835.0, "H100 PCIe": 756.0, "A100": 312.0}
 TARGET_RATIO, TARGET_MFU = 1.0, 0.40
-# as2hub variants (issue 52): name -> (config.unpadded, torch.compile)
+# as2hub variants (issue 52): name -> (config.unpadded, torch.compile, unpadding.ATTENTION_LAYOUT or None: its default)
 VARIANTS = {
-    "as2hub_unpadded": (True, False),
-    "as2hub_compiled": (False, True),
-    "as2hub_unpadded_compiled": (True, True),
+    "as2hub_unpadded": (True, False, None),
+    "as2hub_compiled": (False, True, None),
+    "as2hub_unpadded_compiled": (True, True, None),
+    "as2hub_varlen_compiled": (True, True, "varlen"),
 }
 
 
@@ -188,6 +193,8 @@ def training_flops(pair: str, system: str, model, batch: dict, real_only: bool =
     dense_tokens = real if system in VARIANTS and VARIANTS[system][0] else tokens  # unpadded: the real tokens
     if system == "as2hub_unpadded" and attends_per_example(batch["attention_mask"]):
         squares = int((lengths.long() ** 2).sum())  # eager on one CPU thread: attention over each example's tokens
+    if system in VARIANTS and VARIANTS[system][2] == "varlen" and batch["attention_mask"].is_cuda:
+        squares = int((lengths.long() ** 2).sum())  # the flash varlen kernel: each example over its own tokens
     config = model.config if system != "stock" else model.discriminator.config if pair == "electra" else model.config
     h, v = config.hidden_size, config.vocab_size
     scored = tokens if system == "stock" else masked  # the stock heads score every position, as2hub's the masked
@@ -222,6 +229,23 @@ class Timer:
         begin = time.perf_counter()
         step()
         return (time.perf_counter() - begin) * 1000
+
+
+def with_attention_layout(loss_fn, layout: str | None):
+    """``loss_fn`` with ``unpadding.ATTENTION_LAYOUT`` set to ``layout`` while the forward runs (``None``: as is); the
+    backward replays what the forward chose."""
+    if layout is None:
+        return loss_fn
+    from as2hub.modeling.ssp_pretraining import unpadding
+
+    def loss():
+        saved, unpadding.ATTENTION_LAYOUT = unpadding.ATTENTION_LAYOUT, layout
+        try:
+            return loss_fn()
+        finally:
+            unpadding.ATTENTION_LAYOUT = saved
+
+    return loss
 
 
 def make_step(model, loss_fn, device: str):
@@ -343,7 +367,7 @@ def build_pair(pair: str, tokenizer, args):
     models = {"as2hub": ours, "stock": stock}
     for name in args.systems:
         if name in VARIANTS:
-            unpadded, compiled = VARIANTS[name]
+            unpadded, compiled, _ = VARIANTS[name]
             variant = copy.deepcopy(ours)
             variant.config.unpadded = unpadded
             models[name] = torch.compile(variant) if compiled else variant
@@ -399,20 +423,35 @@ def run_length(pair: str, seq: int, models: dict, initial: dict, tokenizer, exam
         model.load_state_dict(initial[name])
     check = check_equivalence(pair, reference, batch, args.seed)
     losses = loss_functions(pair, models, batch)
-    steps = {name: make_step(model, losses[name], args.device) for name, model in models.items()}
+    steps = {
+        name: make_step(model, with_attention_layout(losses[name], VARIANTS.get(name, (0, 0, None))[2]), args.device)
+        for name, model in models.items()
+    }
     timer = Timer(args.device)
     times = {name: [] for name in steps}
+    failed = {}
     for index in range(args.warmup + args.steps):
         names = list(steps)
         shift = index % len(names)  # rotate: no system always runs right after the same other one
         for name in names[shift:] + names[:shift]:
-            elapsed = timer(steps[name])
+            try:
+                elapsed = timer(steps[name])
+            except Exception as error:  # a variant this machine cannot run (a kernel, a compile): left out, said
+                if name not in VARIANTS:
+                    raise
+                failed[name] = f"{type(error).__name__}: {error}"[:2000]
+                logger.warning("%s at %d tokens failed, left out of the timing: %s", name, seq, failed[name][:300])
+                del steps[name], times[name]
+                if args.device == "cuda":
+                    torch.cuda.empty_cache()
+                continue
             if index >= args.warmup:
                 times[name].append(elapsed)
     tokens = batch_size * seq
     real_tokens = int(batch["attention_mask"].sum())
     systems = {}
-    for name, model in models.items():
+    for name in steps:
+        model = models[name]
         ms = statistics.median(times[name])
         flops = training_flops(pair, name, model, batch)
         achieved = flops / (ms / 1000) / 1e12
@@ -465,6 +504,7 @@ def run_length(pair: str, seq: int, models: dict, initial: dict, tokenizer, exam
         "within_target_ratio": ratio <= TARGET_RATIO,
         "within_target_mfu": (systems["as2hub"]["mfu"] or 0) >= TARGET_MFU if peak else None,
         "fastest_system": fastest,
+        "failed_systems": failed,
         "fastest_mfu_real_tokens": systems[fastest]["mfu_real_tokens"],
         "profile": profiled,
     }
@@ -560,6 +600,10 @@ def main(argv=None) -> dict:
     print(format_table(["pair", "seq", "batch", "padding", "system", "ms/step", "tokens/s", "real tokens/s",
                         "real vs as2hub", "TFLOP/s", "MFU", "MFU real tokens", "ratio", "workers to keep up"],
                        rows))  # fmt: skip
+    for pair, record in report["pairs"].items():
+        for seq, result in record["lengths"].items():
+            for name, error in result["failed_systems"].items():
+                print(f"{pair} {seq}: {name} failed, left out: {error[:300]}")
     print(f"wrote {args.results}")
     return report
 

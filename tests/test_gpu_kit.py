@@ -56,8 +56,16 @@ def test_the_pretrain_speed_part_runs_the_unpadded_and_compiled_systems():
     args = session_command("bench_gpu_pretrain.py", marker="--systems")
     parsed = bench_gpu_pretrain.parse_args(args)
     assert parsed.device == "cuda" and parsed.pairs == ["roberta"] and parsed.seq_lengths == [128, 256]
-    assert {"as2hub", "stock", "as2hub_unpadded", "as2hub_unpadded_compiled"} <= set(parsed.systems)
+    assert {"as2hub", "stock", "as2hub_unpadded", "as2hub_unpadded_compiled", "as2hub_varlen_compiled"} <= set(
+        parsed.systems
+    )
     assert parsed.profile_steps > 0  # where the fastest step's time goes comes back with the figures
+    # Before it, the varlen layout's CUDA tests: the -k expression picks the lane's tests of that name.
+    text = (ROOT / "benchmarks" / "gpu" / "run_gpu_session.sh").read_text()
+    pytest_line = next(line for line in text.splitlines() if "pytest" in line and "-k varlen" in line)
+    assert "-m gpu tests/test_gpu.py" in pytest_line
+    lane = (ROOT / "tests" / "test_gpu.py").read_text()
+    assert len(re.findall(r"@needs_cuda\n(?:@.*\n)*def test_\w*varlen\w*\(", lane)) == 3
 
 
 def test_a_systems_subset_keeps_the_two_reference_rows():

@@ -258,6 +258,76 @@ def test_padded_attention_layout_gives_the_same_step(case, monkeypatch):
     assert_same_step(run(padded, batch), run(unpadded, batch), batch["attention_mask"].bool(), keys)
 
 
+def sequence_by_sequence_attention(query, key, value, cu_seqlens, max_length, dropout, scale):
+    """Variable-length attention by its definition, for the CPU: each sequence of ``cu_seqlens`` attends to its own
+    tokens, one PyTorch attention call per sequence (the flash kernel's contract; it runs on CUDA only)."""
+    assert cu_seqlens.dtype == torch.int32 and dropout == 0.0
+    outputs = []
+    starts = cu_seqlens.tolist()
+    assert max(end - start for start, end in zip(starts, starts[1:])) <= max_length
+    for start, end in zip(starts, starts[1:]):
+        q, k, v = (t[start:end].transpose(0, 1) for t in (query, key, value))  # (heads, its tokens, head_size)
+        outputs.append(torch.nn.functional.scaled_dot_product_attention(q, k, v, scale=scale).transpose(0, 1))
+    return torch.cat(outputs)
+
+
+def test_varlen_plan_delimits_each_row_and_keeps_the_padded_layout_for_other_patterns():
+    """``"varlen"``: int32 start offsets of the rows' tokens (a stated fact for the heavy rows 16, 11, 7, 4, 13, 5),
+    and none where the batch has its own pattern (the joint model's slots: the padded layout)."""
+    mask = ssp_batch(BertForSSPPretraining, "heavy")["attention_mask"]
+    plan = unpadding.unpadded_batch(mask, layout="varlen")
+    assert plan.cu_seqlens.dtype == torch.int32
+    assert plan.cu_seqlens.tolist() == [0, 16, 27, 34, 38, 51, 56]
+    assert plan.sizes is None
+    pattern = unpadding.key_padding_pattern(mask).expand(-1, -1, LENGTH, -1)
+    assert unpadding.unpadded_batch(mask, pattern, layout="varlen").cu_seqlens is None
+
+
+def test_varlen_kernel_runs_only_on_cuda_in_half_precision():
+    """The flash kernel takes CUDA fp16/bf16 activations; on the CPU and in fp32 the layout falls back to "padded"."""
+    for dtype in (torch.float32, torch.bfloat16, torch.float16):
+        assert unpadding.varlen_kernel(torch.zeros(2, 6, dtype=dtype)) is None
+
+
+@pytest.mark.parametrize("kernel", ["by definition", "none (CPU)"])
+@pytest.mark.parametrize("case", PADDED_LAYOUT_CASES, ids=lambda c: getattr(c, "__name__", c))
+def test_varlen_attention_layout_gives_the_same_step(case, kernel, monkeypatch):
+    """``ATTENTION_LAYOUT="varlen"``: the queries, keys and values handed to the variable-length kernel as
+    ``(tokens, heads, head_size)`` with the rows' offsets (here a sequence-by-sequence reference stands in for the CUDA
+    kernel) give the padded pass's step, the joint model with full attention too; without a kernel (the CPU) the
+    padded layout does; the joint model's own slots (a pattern of their own) never reach the kernel."""
+    attention_layout(monkeypatch, "varlen")
+    calls = []
+    if kernel == "by definition":
+
+        def reference(*args):
+            calls.append(args[0].shape)
+            return sequence_by_sequence_attention(*args)
+
+        for module in UNPADDING_MODULES:
+            monkeypatch.setattr(module, "varlen_kernel", lambda qkv: reference)
+    if isinstance(case, str):
+        _, backbone, attention = case.split("-")
+        padded, unpadded = twins(lambda flag: joint_model(backbone, attention, flag))
+        batch = joint_batch("heavy", JOINT_BACKBONES[backbone][1])
+    else:
+        padded, unpadded = twins(lambda flag: tiny(case, unpadded=flag, return_mlm_logits=True))
+        batch = ssp_batch(case, "heavy")
+    keys = ["loss", "mlm_loss", "cls_loss", "cls_logits", "mlm_logits"]
+    assert_same_step(run(padded, batch), run(unpadded, batch), batch["attention_mask"].bool(), keys)
+    own_slots = isinstance(case, str) and case.endswith("own_slot")
+    if own_slots or kernel != "by definition":
+        assert calls == []
+    else:  # every layer of every encoder (ELECTRA: the generator's too), each on the batch's real tokens
+        config = unpadded.config
+        encoders = [config] + ([config.generator_config] if case is ElectraForSSPPretraining else [])
+        tokens = int(batch["attention_mask"].sum())
+        assert tokens == (62 if isinstance(case, str) else 56)
+        expected = [(tokens, c.num_attention_heads, c.hidden_size // c.num_attention_heads) for c in encoders
+                    for _ in range(c.num_hidden_layers)]  # fmt: skip
+        assert sorted(calls) == sorted(expected)
+
+
 class ShiftedLinear(torch.nn.Linear):
     """A projection that is not a plain ``nn.Linear`` (as a LoRA layer is not): its forward adds to the product."""
 

@@ -8,7 +8,8 @@ layer norm, and the feed-forward block. Attention (``torch.nn.functional.scaled_
 example to itself in one of two layouts (:data:`ATTENTION_LAYOUT`): per example, over its own tokens only, or in the
 padded ``(batch, heads, length, head size)`` layout, into which the projected queries, keys and values are scattered
 and from which the result is gathered back, under the batch's pattern (padding keys masked; the joint model's
-own-slot pattern). After the last layer the hidden states are put back in the padded layout, with zeros at the
+own-slot pattern); on a GPU, a third, ``varlen``, runs PyTorch's variable-length flash-attention kernel on the
+gathered tokens themselves, with no padded layout at all. After the last layer the hidden states are put back in the padded layout, with zeros at the
 padding positions, so the heads read ``last_hidden_state`` as before.
 
 The layers' weights are the stock ones (``encoder.layer.N.attention.self.query``, ...): a checkpoint does not depend on
@@ -85,14 +86,17 @@ def key_padding_pattern(attention_mask: torch.Tensor) -> torch.Tensor:
 
 # How a layer attends over the gathered tokens: "padded" scatters them into the (batch, length) layout for one
 # attention call over every row; "per_example" attends within each example's own tokens, one call per example, with
-# no padding at all (the least work; a Python loop over the batch). "auto" takes "per_example" on the CPU in eager mode
-# with one torch thread, "padded" otherwise. Measured with MiniLM DSLC steps on a loaded 2-core AMD EPYC
+# no padding at all (the least work; a Python loop over the batch); "varlen" runs one variable-length flash-attention
+# call on the gathered tokens, each example's tokens attending to their own (CUDA in fp16/bf16, attention dropout
+# included; a batch with another pattern than key padding, e.g. the joint model's slots, and fp32 or CPU activations
+# take "padded"). "auto" takes "per_example" on the CPU in eager mode with one torch thread, "padded" otherwise. Measured with MiniLM DSLC steps on a loaded 2-core AMD EPYC
 # (benchmarks/results/unpadded_pretrain_cpu*.json): at 1 thread "per_example" made the unpadded step 1.55x / 2.12x
 # faster than the padded one at 128 / 256 tokens, "padded" 1.31x / 1.35x; at 2 threads each of its many small calls is
 # a parallel region that waits for a thread the other jobs hold, and the per-example step ran slower than the padded
 # step while "padded" kept its lead. torch.compile would specialise on every example's length, and on a GPU a call
-# per example costs more than it saves: "padded" there.
-ATTENTION_LAYOUTS = ("auto", "padded", "per_example")
+# per example costs more than it saves: "padded" there, until "varlen" is measured against it on a GPU
+# (benchmarks/bench_gpu_pretrain.py's as2hub_varlen_compiled system).
+ATTENTION_LAYOUTS = ("auto", "padded", "per_example", "varlen")
 ATTENTION_LAYOUT = "auto"
 
 
@@ -106,6 +110,7 @@ class UnpaddedBatch:
     pattern: torch.Tensor  # boolean (batch, 1, 1 or length, length): which keys a query attends to
     sizes: list[int] | None = None  # "per_example": tokens of each row
     patterns: list[torch.Tensor | None] | None = None  # "per_example": each row's pattern over its own tokens
+    cu_seqlens: torch.Tensor | None = None  # "varlen": (batch + 1,) int32, each row's first token, then the total
 
 
 def unpadded_batch(
@@ -124,6 +129,8 @@ def unpadded_batch(
     plan = UnpaddedBatch(
         token_index(attention_mask), batch, length, key_padding_pattern(attention_mask) if pattern is None else pattern
     )
+    if layout == "varlen" and pattern is None:  # another pattern than key padding: the padded layout
+        plan.cu_seqlens = nn.functional.pad(keep.sum(1).cumsum(0, dtype=torch.int32), (1, 0))
     if layout == "per_example":
         plan.sizes = keep.sum(1).tolist()
         if pattern is None:
@@ -149,9 +156,53 @@ def _check_layer(layer: nn.Module) -> None:
         )
 
 
+class _FlashVarlen(torch.autograd.Function):
+    """PyTorch's variable-length flash-attention kernels (``aten._flash_attention_forward`` / ``_backward``, CUDA,
+    fp16/bf16) over ``(tokens, heads, head_size)`` queries, keys and values, the sequences delimited by ``cu_seqlens``;
+    the dropout mask is drawn inside the kernel and drawn again from its saved RNG state in the backward."""
+
+    @staticmethod
+    def forward(ctx, query, key, value, cu_seqlens, max_length: int, dropout: float, scale: float):
+        output, logsumexp, rng_state, unused, _ = torch.ops.aten._flash_attention_forward(
+            query, key, value, cu_seqlens, cu_seqlens, max_length, max_length, dropout, False, False, scale=scale
+        )
+        ctx.save_for_backward(query, key, value, output, logsumexp, cu_seqlens, rng_state, unused)
+        ctx.max_length, ctx.dropout, ctx.scale = max_length, dropout, scale
+        return output
+
+    @staticmethod
+    def backward(ctx, grad):
+        query, key, value, output, logsumexp, cu_seqlens, rng_state, unused = ctx.saved_tensors
+        grads = torch.ops.aten._flash_attention_backward(
+            grad.contiguous(), query, key, value, output, logsumexp, cu_seqlens, cu_seqlens, ctx.max_length,
+            ctx.max_length, ctx.dropout, False, rng_state, unused, scale=ctx.scale,
+        )  # fmt: skip
+        return *grads, None, None, None, None
+
+
+def flash_varlen_attention(query, key, value, cu_seqlens, max_length: int, dropout: float, scale: float):
+    """Attention of ``(tokens, heads, head_size)`` queries, keys and values, each sequence of ``cu_seqlens`` (int32,
+    its start, then the total) attending to its own tokens only; ``max_length`` bounds the longest (the padded
+    length will do). Returns ``(tokens, heads, head_size)``."""
+    return _FlashVarlen.apply(query, key, value, cu_seqlens, max_length, dropout, scale)
+
+
+def varlen_kernel(qkv: torch.Tensor):
+    """The variable-length attention function for these activations, or ``None`` where none runs (then the padded
+    layout): the flash kernel on CUDA in fp16 or bf16."""
+    if qkv.is_cuda and qkv.dtype in (torch.float16, torch.bfloat16):
+        return flash_varlen_attention
+    return None
+
+
 def _attend(qkv: torch.Tensor, plan: UnpaddedBatch, heads: int, head_size: int, dropout: float, scale: float):
     """Attention of the gathered ``(tokens, 3 * heads * head_size)`` queries, keys and values -> ``(tokens, heads *
     head_size)``."""
+    kernel = varlen_kernel(qkv) if plan.cu_seqlens is not None else None
+    if kernel is not None:  # each (tokens, heads, head_size), straight from the product: no padded layout
+        query, key, value = qkv.view(-1, 3, heads, head_size).unbind(1)
+        context = kernel(query, key, value, plan.cu_seqlens, plan.length, dropout, scale)
+        return context.reshape(-1, heads * head_size)
 
     def attend(query, key, value, mask):
         return nn.functional.scaled_dot_product_attention(
