@@ -709,3 +709,15 @@ def test_varlen_layout_step_equals_the_padded_layout_on_cuda(model_class, compil
     for name, grad in runs["padded"][1].items():
         if grad is not None:
             torch.testing.assert_close(runs["varlen"][1][name], grad, atol=5e-2, rtol=5e-2, msg=name)
+
+
+@pytest.mark.gpu
+@needs_cuda
+def test_varlen_kernel_is_chosen_for_half_precision_cuda_activations_it_supports():
+    from as2hub.modeling.ssp_pretraining.unpadding import flash_varlen_attention, varlen_kernel
+
+    half = torch.zeros(4, 3 * 64, device="cuda", dtype=torch.bfloat16)
+    assert varlen_kernel(half, 64) is flash_varlen_attention
+    assert varlen_kernel(half.half(), 64) is flash_varlen_attention
+    assert varlen_kernel(half.float(), 64) is None  # fp32: the padded layout
+    assert varlen_kernel(torch.zeros(4, 3 * 36, device="cuda", dtype=torch.bfloat16), 36) is None  # not a multiple of 8

@@ -65,7 +65,7 @@ def test_the_pretrain_speed_part_runs_the_unpadded_and_compiled_systems():
     pytest_line = next(line for line in text.splitlines() if "pytest" in line and "-k varlen" in line)
     assert "-m gpu tests/test_gpu.py" in pytest_line
     lane = (ROOT / "tests" / "test_gpu.py").read_text()
-    assert len(re.findall(r"@needs_cuda\n(?:@.*\n)*def test_\w*varlen\w*\(", lane)) == 3
+    assert len(re.findall(r"@needs_cuda\n(?:@.*\n)*def test_\w*varlen\w*\(", lane)) == 4
 
 
 def test_a_systems_subset_keeps_the_two_reference_rows():

@@ -286,7 +286,7 @@ def test_varlen_plan_delimits_each_row_and_keeps_the_padded_layout_for_other_pat
 def test_varlen_kernel_runs_only_on_cuda_in_half_precision():
     """The flash kernel takes CUDA fp16/bf16 activations; on the CPU and in fp32 the layout falls back to "padded"."""
     for dtype in (torch.float32, torch.bfloat16, torch.float16):
-        assert unpadding.varlen_kernel(torch.zeros(2, 6, dtype=dtype)) is None
+        assert unpadding.varlen_kernel(torch.zeros(2, 3 * 64, dtype=dtype), 64) is None
 
 
 @pytest.mark.parametrize("kernel", ["by definition", "none (CPU)"])
@@ -305,7 +305,7 @@ def test_varlen_attention_layout_gives_the_same_step(case, kernel, monkeypatch):
             return sequence_by_sequence_attention(*args)
 
         for module in UNPADDING_MODULES:
-            monkeypatch.setattr(module, "varlen_kernel", lambda qkv: reference)
+            monkeypatch.setattr(module, "varlen_kernel", lambda qkv, head_size: reference)
     if isinstance(case, str):
         _, backbone, attention = case.split("-")
         padded, unpadded = twins(lambda flag: joint_model(backbone, attention, flag))

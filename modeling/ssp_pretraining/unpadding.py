@@ -187,10 +187,10 @@ def flash_varlen_attention(query, key, value, cu_seqlens, max_length: int, dropo
     return _FlashVarlen.apply(query, key, value, cu_seqlens, max_length, dropout, scale)
 
 
-def varlen_kernel(qkv: torch.Tensor):
+def varlen_kernel(qkv: torch.Tensor, head_size: int):
     """The variable-length attention function for these activations, or ``None`` where none runs (then the padded
-    layout): the flash kernel on CUDA in fp16 or bf16."""
-    if qkv.is_cuda and qkv.dtype in (torch.float16, torch.bfloat16):
+    layout): the flash kernel on CUDA in fp16 or bf16, head sizes a multiple of 8 up to 256 (an Ampere or newer GPU)."""
+    if qkv.is_cuda and qkv.dtype in (torch.float16, torch.bfloat16) and head_size % 8 == 0 and head_size <= 256:
         return flash_varlen_attention
     return None
 
@@ -198,7 +198,7 @@ def varlen_kernel(qkv: torch.Tensor):
 def _attend(qkv: torch.Tensor, plan: UnpaddedBatch, heads: int, head_size: int, dropout: float, scale: float):
     """Attention of the gathered ``(tokens, 3 * heads * head_size)`` queries, keys and values -> ``(tokens, heads *
     head_size)``."""
-    kernel = varlen_kernel(qkv) if plan.cu_seqlens is not None else None
+    kernel = varlen_kernel(qkv, head_size) if plan.cu_seqlens is not None else None
     if kernel is not None:  # each (tokens, heads, head_size), straight from the product: no padded layout
         query, key, value = qkv.view(-1, 3, heads, head_size).unbind(1)
         context = kernel(query, key, value, plan.cu_seqlens, plan.length, dropout, scale)
