@@ -243,10 +243,9 @@ def test_mspp_unpadded_step_equals_the_padded_step(backbone, attention, padding)
 PADDED_LAYOUT_CASES = [*SSP, "joint-bert-own_slot", "joint-roberta-all"]
 
 
-@pytest.mark.parametrize("case", PADDED_LAYOUT_CASES, ids=lambda c: getattr(c, "__name__", c))
-def test_padded_attention_layout_gives_the_same_step(case, monkeypatch):
-    """The layout compiled steps and GPUs take (``ATTENTION_LAYOUT="padded"``), in eager mode: the same step too."""
-    attention_layout(monkeypatch, "padded")
+def assert_same_step_in_the_layout(case) -> tuple:
+    """A :data:`PADDED_LAYOUT_CASES` case's padded and unpadded twins take the same step on its heavy batch (in the
+    layout set); returns (unpadded model, batch)."""
     if isinstance(case, str):
         _, backbone, attention = case.split("-")
         padded, unpadded = twins(lambda flag: joint_model(backbone, attention, flag))
@@ -256,6 +255,14 @@ def test_padded_attention_layout_gives_the_same_step(case, monkeypatch):
         batch = ssp_batch(case, "heavy")
     keys = ["loss", "mlm_loss", "cls_loss", "cls_logits", "mlm_logits"]
     assert_same_step(run(padded, batch), run(unpadded, batch), batch["attention_mask"].bool(), keys)
+    return unpadded, batch
+
+
+@pytest.mark.parametrize("case", PADDED_LAYOUT_CASES, ids=lambda c: getattr(c, "__name__", c))
+def test_padded_attention_layout_gives_the_same_step(case, monkeypatch):
+    """The layout compiled steps and GPUs take (``ATTENTION_LAYOUT="padded"``), in eager mode: the same step too."""
+    attention_layout(monkeypatch, "padded")
+    assert_same_step_in_the_layout(case)
 
 
 def sequence_by_sequence_attention(query, key, value, cu_seqlens, max_length, dropout, scale):
@@ -306,15 +313,7 @@ def test_varlen_attention_layout_gives_the_same_step(case, kernel, monkeypatch):
 
         for module in UNPADDING_MODULES:
             monkeypatch.setattr(module, "varlen_kernel", lambda qkv, head_size: reference)
-    if isinstance(case, str):
-        _, backbone, attention = case.split("-")
-        padded, unpadded = twins(lambda flag: joint_model(backbone, attention, flag))
-        batch = joint_batch("heavy", JOINT_BACKBONES[backbone][1])
-    else:
-        padded, unpadded = twins(lambda flag: tiny(case, unpadded=flag, return_mlm_logits=True))
-        batch = ssp_batch(case, "heavy")
-    keys = ["loss", "mlm_loss", "cls_loss", "cls_logits", "mlm_logits"]
-    assert_same_step(run(padded, batch), run(unpadded, batch), batch["attention_mask"].bool(), keys)
+    unpadded, batch = assert_same_step_in_the_layout(case)
     own_slots = isinstance(case, str) and case.endswith("own_slot")
     if own_slots or kernel != "by definition":
         assert calls == []
