@@ -283,14 +283,15 @@ def datasheet_peak(device: str) -> tuple[str | None, float | None]:
     return name, None
 
 
-# Kernel (or, on the CPU, operator) name fragments -> kind, first match wins (names lower-cased). cuBLAS/cuBLASLt and
-# CUTLASS GEMMs (sm90_xmma_gemm_*, nvjet_*, cutlass::*), flash / memory-efficient attention, inductor's Triton kernels,
-# the fused AdamW, layout and copy kernels; aten operator names for the CPU.
+# Kernel (or, on the CPU, operator) name fragments -> kind, first match wins (names lower-cased). Inductor's Triton
+# kernels first (their names list what they fuse: a log-softmax or an index is not attention or a copy), then
+# cuBLAS/cuBLASLt and CUTLASS GEMMs (sm90_xmma_gemm_*, nvjet_*, cutlass::*), flash / memory-efficient attention, the
+# fused AdamW, layout and copy kernels; aten operator names for the CPU.
 KERNEL_KINDS = (
-    ("attention", ("flash", "fmha", "attention", "sdpa", "softmax")),
+    ("fused", ("triton",)),
+    ("attention", ("flash", "fmha", "attention", "sdpa")),
     ("matmul", ("gemm", "cutlass", "xmma", "nvjet", "cublas", "aten::mm", "aten::addmm", "aten::bmm", "matmul")),
     ("optimizer", ("adam", "multi_tensor", "foreach")),
-    ("fused", ("triton",)),
     ("copy", ("copy", "memcpy", "memset", "index", "gather", "scatter", "nonzero", "aten::cat", "fill")),
 )
 

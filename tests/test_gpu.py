@@ -514,6 +514,9 @@ KERNEL_NAMES = {
         "attention",
     "triton_poi_fused_add_native_layer_norm_0": "fused",
     "triton_red_fused_native_layer_norm_backward_3": "fused",
+    "triton_per_fused__log_softmax_nll_loss_forward_7": "fused",  # the MLM loss, not attention
+    "triton_poi_fused_index_select_scatter_2": "fused",
+    "void at::native::(anonymous namespace)::cunn_SoftMaxForward<4, float, float, float, ...>": "other",
     "void at::native::(anonymous namespace)::multi_tensor_apply_kernel<at::native::(anonymous namespace)::"
     "TensorListMetadata<4>, at::native::(anonymous namespace)::FusedAdamMathFunctor<float, 4>>": "optimizer",
     "Memcpy DtoD (Device -> Device)": "copy",
