@@ -122,3 +122,86 @@ def test_run_pretrain_with_torch_compile_has_no_graph_break(tmp_path):
         torch._dynamo.config.capture_dynamic_output_shape_ops = False
         torch._dynamo.config.capture_scalar_outputs = False
         torch._dynamo.reset()
+
+
+# CPU stand-ins of ATen's variable-length flash-attention kernels (CUDA only), with their outputs' shapes: each
+# sequence's attention and log-sum-exp, and the flash backward's formula (no dropout). Opaque operators, as the
+# ATen ones are to dynamo.
+@torch.library.custom_op("as2hub_test::varlen_forward", mutates_args=())
+def varlen_forward_stand_in(
+    query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, cu_seqlens: torch.Tensor, scale: float
+) -> tuple[torch.Tensor, torch.Tensor]:
+    outputs, logsumexps = [], []
+    starts = cu_seqlens.tolist()
+    for start, end in zip(starts, starts[1:]):
+        q, k, v = (t[start:end].transpose(0, 1).float() for t in (query, key, value))  # (heads, tokens, size)
+        scores = q @ k.transpose(1, 2) * scale
+        outputs.append((scores.softmax(-1) @ v).transpose(0, 1).to(query.dtype))
+        logsumexps.append(scores.logsumexp(-1))
+    return torch.cat(outputs), torch.cat(logsumexps, 1)
+
+
+@varlen_forward_stand_in.register_fake
+def _(query, key, value, cu_seqlens, scale):
+    return torch.empty_like(query), query.new_empty(query.shape[1], query.shape[0], dtype=torch.float32)
+
+
+@torch.library.custom_op("as2hub_test::varlen_backward", mutates_args=())
+def varlen_backward_stand_in(
+    grad: torch.Tensor,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    logsumexp: torch.Tensor,
+    cu_seqlens: torch.Tensor,
+    scale: float,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    grads = ([], [], [])
+    starts = cu_seqlens.tolist()
+    for start, end in zip(starts, starts[1:]):
+        q, k, v, g = (t[start:end].transpose(0, 1).float() for t in (query, key, value, grad))
+        weights = torch.exp(q @ k.transpose(1, 2) * scale - logsumexp[:, start:end, None])
+        output = weights @ v
+        scores_grad = weights * (g @ v.transpose(1, 2) - (g * output).sum(-1, keepdim=True))
+        for into, part in zip(grads, (scores_grad @ k * scale, scores_grad.transpose(1, 2) @ q * scale,
+                                      weights.transpose(1, 2) @ g)):  # fmt: skip
+            into.append(part.transpose(0, 1))
+    return tuple(torch.cat(parts).to(query.dtype) for parts in grads)
+
+
+@varlen_backward_stand_in.register_fake
+def _(grad, query, key, value, logsumexp, cu_seqlens, scale):
+    return torch.empty_like(query), torch.empty_like(key), torch.empty_like(value)
+
+
+def test_the_varlen_autograd_function_traces_as_one_graph_and_keeps_the_gradients(data_dependent_shapes, monkeypatch):
+    """The flash varlen layout's ``autograd.Function`` (its ATen kernels replaced by the CPU stand-ins above): an
+    unpadded RoBERTa step through it equals the padded step, dynamo traces the forward as one graph with the batch's
+    token count read from the data, and compiled (AOT autograd, ``aot_eager``) it gives the eager losses and
+    gradients: what the GPU lane's tests check with the real kernels, minus the kernels."""
+    from test_unpadded import CLOSE, UNPADDING_MODULES, assert_same_step, twins
+
+    def forward(query, key, value, cu_seqlens, max_length, dropout, scale):
+        assert dropout == 0.0 and max_length == 16
+        output, logsumexp = varlen_forward_stand_in(query, key, value, cu_seqlens, scale)
+        return output, logsumexp, cu_seqlens.new_zeros(2, dtype=torch.int64), query.new_empty(0)
+
+    def backward(grad, query, key, value, output, logsumexp, cu_seqlens, max_length, dropout, rng, unused, scale):
+        return varlen_backward_stand_in(grad, query, key, value, logsumexp, cu_seqlens, scale)
+
+    for module in UNPADDING_MODULES:
+        monkeypatch.setattr(module, "ATTENTION_LAYOUT", "varlen")
+        monkeypatch.setattr(module, "_flash_forward", forward)
+        monkeypatch.setattr(module, "_flash_backward", backward)
+        monkeypatch.setattr(module, "varlen_kernel", lambda qkv, head_size, m=module: m.flash_varlen_attention)
+    padded, unpadded = twins(lambda flag: tiny(RobertaForSSPPretraining, unpadded=flag))
+    batch = ssp_batch(RobertaForSSPPretraining, "heavy")
+    eager = run(unpadded, batch)
+    assert_same_step(run(padded, batch), eager, batch["attention_mask"].bool(), ["loss", "mlm_loss", "cls_loss"])
+    explained = torch._dynamo.explain(unpadded)(**batch)
+    assert (explained.graph_count, explained.graph_break_count) == (1, 0), explained.break_reasons
+    torch._dynamo.reset()
+    compiled_outputs, compiled_grads = run(torch.compile(unpadded, backend="aot_eager", fullgraph=True), batch)
+    torch.testing.assert_close(compiled_outputs.loss, eager[0].loss, **CLOSE)
+    for name, grad in eager[1].items():
+        torch.testing.assert_close(compiled_grads[f"_orig_mod.{name}"], grad, **GRADIENT_CLOSE, msg=name)

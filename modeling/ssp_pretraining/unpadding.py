@@ -156,16 +156,32 @@ def _check_layer(layer: nn.Module) -> None:
         )
 
 
+def _flash_forward(query, key, value, cu_seqlens, max_length: int, dropout: float, scale: float):
+    """ATen's variable-length flash-attention forward (CUDA): ``(output, logsumexp, rng_state, unused)``."""
+    output, logsumexp, rng_state, unused, _ = torch.ops.aten._flash_attention_forward(
+        query, key, value, cu_seqlens, cu_seqlens, max_length, max_length, dropout, False, False, scale=scale
+    )
+    return output, logsumexp, rng_state, unused
+
+
+def _flash_backward(
+    grad, query, key, value, output, logsumexp, cu_seqlens, max_length, dropout, rng_state, unused, scale
+):
+    """ATen's variable-length flash-attention backward (CUDA): the gradients of the queries, keys and values."""
+    return torch.ops.aten._flash_attention_backward(
+        grad, query, key, value, output, logsumexp, cu_seqlens, cu_seqlens, max_length, max_length, dropout, False,
+        rng_state, unused, scale=scale,
+    )  # fmt: skip
+
+
 class _FlashVarlen(torch.autograd.Function):
-    """PyTorch's variable-length flash-attention kernels (``aten._flash_attention_forward`` / ``_backward``, CUDA,
+    """PyTorch's variable-length flash-attention kernels (:func:`_flash_forward` / :func:`_flash_backward`, CUDA,
     fp16/bf16) over ``(tokens, heads, head_size)`` queries, keys and values, the sequences delimited by ``cu_seqlens``;
     the dropout mask is drawn inside the kernel and drawn again from its saved RNG state in the backward."""
 
     @staticmethod
     def forward(ctx, query, key, value, cu_seqlens, max_length: int, dropout: float, scale: float):
-        output, logsumexp, rng_state, unused, _ = torch.ops.aten._flash_attention_forward(
-            query, key, value, cu_seqlens, cu_seqlens, max_length, max_length, dropout, False, False, scale=scale
-        )
+        output, logsumexp, rng_state, unused = _flash_forward(query, key, value, cu_seqlens, max_length, dropout, scale)
         ctx.save_for_backward(query, key, value, output, logsumexp, cu_seqlens, rng_state, unused)
         ctx.max_length, ctx.dropout, ctx.scale = max_length, dropout, scale
         return output
@@ -173,9 +189,9 @@ class _FlashVarlen(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad):
         query, key, value, output, logsumexp, cu_seqlens, rng_state, unused = ctx.saved_tensors
-        grads = torch.ops.aten._flash_attention_backward(
-            grad.contiguous(), query, key, value, output, logsumexp, cu_seqlens, cu_seqlens, ctx.max_length,
-            ctx.max_length, ctx.dropout, False, rng_state, unused, scale=ctx.scale,
+        grads = _flash_backward(
+            grad.contiguous(), query, key, value, output, logsumexp, cu_seqlens, ctx.max_length, ctx.dropout,
+            rng_state, unused, ctx.scale,
         )  # fmt: skip
         return *grads, None, None, None, None
 
