@@ -9,8 +9,8 @@ example to itself in one of two layouts (:data:`ATTENTION_LAYOUT`): per example,
 padded ``(batch, heads, length, head size)`` layout, into which the projected queries, keys and values are scattered
 and from which the result is gathered back, under the batch's pattern (padding keys masked; the joint model's
 own-slot pattern); on a GPU, a third, ``varlen``, runs PyTorch's variable-length flash-attention kernel on the
-gathered tokens themselves, with no padded layout at all. After the last layer the hidden states are put back in the padded layout, with zeros at the
-padding positions, so the heads read ``last_hidden_state`` as before.
+gathered tokens themselves, with no padded layout at all. After the last layer the hidden states are put back in the
+padded layout, with zeros at the padding positions, so the heads read ``last_hidden_state`` as before.
 
 The layers' weights are the stock ones (``encoder.layer.N.attention.self.query``, ...): a checkpoint does not depend on
 the flag, and the same weights give the same losses and gradients as the padded pass, to float rounding. Evaluation,
@@ -89,11 +89,11 @@ def key_padding_pattern(attention_mask: torch.Tensor) -> torch.Tensor:
 # no padding at all (the least work; a Python loop over the batch); "varlen" runs one variable-length flash-attention
 # call on the gathered tokens, each example's tokens attending to their own (CUDA in fp16/bf16, attention dropout
 # included; a batch with another pattern than key padding, e.g. the joint model's slots, and fp32 or CPU activations
-# take "padded"). "auto" takes "per_example" on the CPU in eager mode with one torch thread, "padded" otherwise. Measured with MiniLM DSLC steps on a loaded 2-core AMD EPYC
-# (benchmarks/results/unpadded_pretrain_cpu*.json): at 1 thread "per_example" made the unpadded step 1.55x / 2.12x
-# faster than the padded one at 128 / 256 tokens, "padded" 1.31x / 1.35x; at 2 threads each of its many small calls is
-# a parallel region that waits for a thread the other jobs hold, and the per-example step ran slower than the padded
-# step while "padded" kept its lead. torch.compile would specialise on every example's length, and on a GPU a call
+# take "padded"). "auto" takes "per_example" on the CPU in eager mode with one torch thread, "padded" otherwise.
+# Measured with MiniLM DSLC steps on a loaded 2-core AMD EPYC (benchmarks/results/unpadded_pretrain_cpu*.json): at 1
+# thread "per_example" made the unpadded step 1.55x / 2.12x faster than the padded one at 128 / 256 tokens, "padded"
+# 1.31x / 1.35x; at 2 threads each of its many small calls is a parallel region that waits for a thread the other jobs
+# hold, and the per-example step ran slower than the padded step while "padded" kept its lead. torch.compile would specialise on every example's length, and on a GPU a call
 # per example costs more than it saves: "padded" there, until "varlen" is measured against it on a GPU
 # (benchmarks/bench_gpu_pretrain.py's as2hub_varlen_compiled system).
 ATTENTION_LAYOUTS = ("auto", "padded", "per_example", "varlen")
