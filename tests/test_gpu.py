@@ -654,11 +654,19 @@ def test_flash_varlen_attention_equals_attention_sequence_by_sequence(max_length
 
 @pytest.mark.gpu
 @needs_cuda
-def test_flash_varlen_dropout_backward_uses_the_forward_mask():
+@pytest.mark.usefixtures("data_dependent_shapes")
+@pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
+def test_flash_varlen_dropout_backward_uses_the_forward_mask(compiled):
     """With attention dropout, one-hot values make the output the dropped-out attention weights themselves, so the
     values' gradient must be ``output^T @ upstream`` sequence by sequence: true only if the backward draws the
-    forward's mask again. The same seed draws the same mask; the output differs from the one without dropout."""
-    from as2hub.modeling.ssp_pretraining.unpadding import flash_varlen_attention
+    forward's mask again (compiled too: AOT autograd saves the kernel's RNG state). The same seed draws the same
+    mask, whatever bound ``max_length`` gives; the output differs from the one without dropout."""
+    from as2hub.modeling.ssp_pretraining import unpadding
+
+    flash_varlen_attention = unpadding.flash_varlen_attention
+    if compiled:
+        torch._dynamo.reset()
+        flash_varlen_attention = torch.compile(flash_varlen_attention, fullgraph=True)
 
     (query, key, _), cu_seqlens = varlen_inputs()
     positions = torch.cat([torch.arange(length) for length in VARLEN_LENGTHS]).cuda()
@@ -674,9 +682,10 @@ def test_flash_varlen_dropout_backward_uses_the_forward_mask():
         weights = output[start:end, :, : end - start].float()  # (its tokens, heads, keys): the kept weights / 0.9
         expected = torch.einsum("ihj,ihd->jhd", weights, upstream[start:end].float())
         torch.testing.assert_close(value.grad[start:end].float(), expected, atol=2e-2, rtol=2e-2)
-    torch.manual_seed(3)
-    again = flash_varlen_attention(query, key, value.detach(), cu_seqlens, 16, 0.1, 64**-0.5)
-    assert torch.equal(again, output.detach())
+    for max_length in (16, 64):
+        torch.manual_seed(3)
+        again = flash_varlen_attention(query, key, value.detach(), cu_seqlens, max_length, 0.1, 64**-0.5)
+        assert torch.equal(again, output.detach()), max_length
     plain = flash_varlen_attention(query, key, value.detach(), cu_seqlens, 16, 0.0, 64**-0.5)
     assert not torch.allclose(plain.float(), output.detach().float(), atol=1e-3)
 

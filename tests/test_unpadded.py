@@ -296,6 +296,26 @@ def test_varlen_kernel_runs_only_on_cuda_in_half_precision():
         assert unpadding.varlen_kernel(torch.zeros(2, 3 * 64, dtype=dtype), 64) is None
 
 
+def test_the_aten_flash_operators_take_what_the_varlen_layout_passes():
+    """``_flash_forward`` / ``_flash_backward`` call ATen's private variable-length flash operators by position (CUDA
+    kernels; the schemas exist in every build, so an upgrade that moves an argument fails here, not on a lent GPU).
+    The backward's positions 12-13 (the RNG state; named philox seed and offset before torch 2.7) by position only."""
+    forward = torch.ops.aten._flash_attention_forward.default._schema
+    assert [a.name for a in forward.arguments if not a.kwarg_only] == [
+        "query", "key", "value", "cum_seq_q", "cum_seq_k", "max_q", "max_k", "dropout_p", "is_causal",
+        "return_debug_mask",
+    ]  # fmt: skip
+    assert "scale" in [a.name for a in forward.arguments if a.kwarg_only]
+    assert [r.name for r in forward.returns][:2] == ["output", "softmax_logsumexp"] and len(forward.returns) == 5
+    backward = torch.ops.aten._flash_attention_backward.default._schema
+    positional = [a.name for a in backward.arguments if not a.kwarg_only]
+    assert len(positional) == 14 and positional[:12] == [
+        "grad_out", "query", "key", "value", "out", "logsumexp", "cum_seq_q", "cum_seq_k", "max_q", "max_k",
+        "dropout_p", "is_causal",
+    ]  # fmt: skip
+    assert "scale" in [a.name for a in backward.arguments if a.kwarg_only] and len(backward.returns) == 3
+
+
 @pytest.mark.parametrize("kernel", ["by definition", "none (CPU)"])
 @pytest.mark.parametrize("case", PADDED_LAYOUT_CASES, ids=lambda c: getattr(c, "__name__", c))
 def test_varlen_attention_layout_gives_the_same_step(case, kernel, monkeypatch):

@@ -187,6 +187,7 @@ class _FlashVarlen(torch.autograd.Function):
         return output
 
     @staticmethod
+    @torch.autograd.function.once_differentiable
     def backward(ctx, grad):
         query, key, value, output, logsumexp, cu_seqlens, rng_state, unused = ctx.saved_tensors
         grads = _flash_backward(
@@ -203,12 +204,21 @@ def flash_varlen_attention(query, key, value, cu_seqlens, max_length: int, dropo
     return _FlashVarlen.apply(query, key, value, cu_seqlens, max_length, dropout, scale)
 
 
+# Whether this build of PyTorch has the flash kernels (a CUDA build; not ROCm's, whose kernels differ): read once.
+_FLASH_BUILT = torch.backends.cuda.is_flash_attention_available() and torch.version.hip is None
+
+
 def varlen_kernel(qkv: torch.Tensor, head_size: int):
     """The variable-length attention function for these activations, or ``None`` where none runs (then the padded
-    layout): the flash kernel on CUDA in fp16 or bf16, head sizes a multiple of 8 up to 256 (an Ampere or newer GPU)."""
-    if qkv.is_cuda and qkv.dtype in (torch.float16, torch.bfloat16) and head_size % 8 == 0 and head_size <= 256:
-        return flash_varlen_attention
-    return None
+    layout): the flash kernel on an Ampere or newer NVIDIA GPU in fp16 or bf16, head sizes a multiple of 8 up to 256."""
+    if not (_FLASH_BUILT and qkv.is_cuda) or qkv.dtype not in (torch.float16, torch.bfloat16):
+        return None
+    if head_size % 8 or head_size > 256:
+        return None
+    # get_device_properties, which dynamo folds to a constant (get_device_capability would break the graph)
+    if torch.cuda.get_device_properties(qkv.device).major < 8:
+        return None
+    return flash_varlen_attention
 
 
 def _attend(qkv: torch.Tensor, plan: UnpaddedBatch, heads: int, head_size: int, dropout: float, scale: float):
