@@ -141,15 +141,21 @@ def tokenizer_for(style: str, docs, vocab_size: int):
     return train_tokenizer((" ".join(" ".join(p) for p in doc) for doc in docs), style=style, vocab_size=vocab_size)
 
 
-def dslc_examples(docs, count: int, seed: int) -> list[dict]:
-    """``count`` DSLC examples of the corpus (cycled when it has fewer)."""
+def corpus_examples(objective: str, docs, count: int, seed: int) -> list[dict]:
+    """``count`` examples of ``objective`` from the corpus, 16 documents per generation batch (cycled when it has
+    fewer; MSPP: groups of 1 positive, 2 hard and 2 easy negatives, the paper's k = 5)."""
     from as2hub.data_collators import generate_examples
 
     examples = []
     for start in range(0, len(docs), 16):
-        examples += generate_examples("dslc", docs[start : start + 16], seed + start)
+        examples += generate_examples(objective, docs[start : start + 16], seed + start)
     random.Random(seed).shuffle(examples)
     return list(itertools.islice(itertools.cycle(examples), count))
+
+
+def dslc_examples(docs, count: int, seed: int) -> list[dict]:
+    """``count`` DSLC examples of the corpus (cycled when it has fewer)."""
+    return corpus_examples("dslc", docs, count, seed)
 
 
 def fixed_batch(tokenizer, examples, seq_length: int, seed: int) -> dict:

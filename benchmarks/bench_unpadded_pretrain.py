@@ -25,11 +25,20 @@ Systems:
 
 Before timing, the losses of every system on one batch (dropout off) are checked against the padded pass's.
 
+``--objective mspp`` times the joint model's MSPP pre-training instead (issue 52's CPU figure for MSPP's slots):
+``BertForJointPretraining`` from all-MiniLM-L6-v2 (``AE_k`` head, k = 5 candidate slots of 64 tokens after the
+question's: 384 positions, ``--first_token_attention`` own_slot or all), MSPP groups of the same corpus collated by
+``JointCollator`` (15% MLM), as ``run_pretrain.py --objective mspp`` trains it; the slot layout has one shape, so
+``--seq_lengths`` does not apply, and ``packed`` neither (the slots are the layout). With ``own_slot`` the unpadded
+pass attends under the slots' pattern (per example: each row's pattern over its own tokens).
+
 Usage::
 
     python benchmarks/bench_unpadded_pretrain.py                      # ~45 min on 2 loaded cores, cold compile cache
     python benchmarks/bench_unpadded_pretrain.py --seq_lengths 64 --batch_size 4 --steps 2 --warmup 1 \\
         --systems padded,unpadded_per_example,packed --results /tmp/unpadded_smoke.json    # smoke
+    python benchmarks/bench_unpadded_pretrain.py --objective mspp --batch_size 8 \\
+        --systems padded,unpadded_per_example,unpadded_padded_attention --results benchmarks/results/unpadded_mspp_cpu.json
 
 Writes ``benchmarks/results/unpadded_pretrain_cpu.json``.
 """
@@ -47,10 +56,12 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_gpu_pretrain import documents, dslc_examples  # noqa: E402
+from bench_gpu_pretrain import corpus_examples, documents, dslc_examples  # noqa: E402
 from bench_utils import RESULTS_DIR, format_table, machine_info, minilm_path, now_iso, write_json  # noqa: E402
 
 logger = logging.getLogger("bench_unpadded_pretrain")
+MSPP_CANDIDATES, MSPP_SLOT = 5, 64
+MSPP_LENGTH = (MSPP_CANDIDATES + 1) * MSPP_SLOT  # the question's slot and k candidates' slots
 SYSTEMS = (
     "padded",
     "unpadded_per_example",
@@ -64,6 +75,8 @@ SYSTEMS = (
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--systems", default=",".join(SYSTEMS))
+    parser.add_argument("--objective", choices=("dslc", "mspp"), default="dslc")
+    parser.add_argument("--first_token_attention", choices=("own_slot", "all"), default="own_slot", help="mspp only")
     parser.add_argument("--seq_lengths", default="128,256")
     parser.add_argument("--batch_size", type=int, default=16)
     parser.add_argument("--batches", type=int, default=4, help="distinct batches, cycled over the steps")
@@ -79,6 +92,10 @@ def parse_args(argv=None):
         parser.error(f"--systems: unknown {sorted(unknown)}, use {list(SYSTEMS)}")
     if "padded" not in args.systems:
         parser.error("--systems must include padded (the reference of every ratio and of the loss check)")
+    if args.objective == "mspp":
+        if "packed" in args.systems:
+            parser.error("--systems: packed does not apply to --objective mspp (the slot layout is fixed)")
+        args.seq_lengths = str(MSPP_LENGTH)
     args.seq_lengths = [int(value) for value in args.seq_lengths.split(",")]
     return args
 
@@ -109,13 +126,32 @@ def lscpu() -> dict:
 # Batches
 
 
-def make_batches(tokenizer, examples, seq: int, args, pad_to_multiple_of: int) -> list[dict]:
-    from as2hub.data_collators import PretrainingCollator
+def mspp_model(folder, tokenizer, first_token_attention: str):
+    """The joint MLM + MSPP model ``run_pretrain.py --objective mspp`` continues from MiniLM (k = 5, L = 64)."""
+    from types import SimpleNamespace
 
+    from as2hub.training.pretraining_models import build_model
+
+    model_args = SimpleNamespace(
+        model_type="bert", model_name_or_path=str(folder), config_name=None, generator_name_or_path=None,
+        joint_head="AE_k", num_candidates=MSPP_CANDIDATES, slot_length=MSPP_SLOT, slot_positions="global",
+        token_type_init="scratch", mlm_weight=1.0, cls_weight=1.0, unpadded=False,
+        first_token_attention=first_token_attention,
+    )  # fmt: skip
+    return build_model(model_args, tokenizer, "mspp")
+
+
+def make_batches(tokenizer, examples, seq: int, args, pad_to_multiple_of: int, model=None) -> list[dict]:
+    from as2hub.data_collators import JointCollator, PretrainingCollator
+
+    size = args.batch_size
+    if args.objective == "mspp":  # the slot layout: one shape whatever the padding asked for
+        collator = JointCollator.for_model(tokenizer, model, mlm_probability=0.15, label_name="sentence_labels")
+        torch.manual_seed(args.seed)  # the masking
+        return [collator(examples[index * size : (index + 1) * size]) for index in range(args.batches)]
     collator = PretrainingCollator(
         tokenizer, max_length=seq, num_token_types=3, pad_to_multiple_of=pad_to_multiple_of, seed=args.seed
     )
-    size = args.batch_size
     return [collator(examples[index * size : (index + 1) * size]) for index in range(args.batches)]
 
 
@@ -217,8 +253,8 @@ class System:
 
         layouts = {"unpadded_per_example": "per_example", "unpadded_padded_attention": "padded"}
         unpadding.ATTENTION_LAYOUT = layouts.get(self.name, "auto")
-        inputs = {key: batch[key] for key in ("input_ids", "attention_mask", "token_type_ids", "labels")}
-        return self.forward(**inputs, sentence_labels=batch["sentence_labels"]).loss
+        keys = ("input_ids", "attention_mask", "token_type_ids", "labels", "sentence_labels")
+        return self.forward(**{key: batch[key] for key in keys if key in batch}).loss
 
     def step(self) -> float:
         batch = self.batches[self.index % len(self.batches)]
@@ -273,8 +309,8 @@ def check_losses(systems: dict[str, System]) -> dict:
 
 
 def run_length(seq: int, base_model, tokenizer, examples, args) -> dict:
-    eager_batches = make_batches(tokenizer, examples, seq, args, pad_to_multiple_of=8)
-    fixed_batches = make_batches(tokenizer, examples, seq, args, pad_to_multiple_of=seq)
+    eager_batches = make_batches(tokenizer, examples, seq, args, pad_to_multiple_of=8, model=base_model)
+    fixed_batches = make_batches(tokenizer, examples, seq, args, pad_to_multiple_of=seq, model=base_model)
     systems = {}
     for name in args.systems:
         model = copy.deepcopy(base_model)
@@ -355,9 +391,21 @@ def main(argv=None) -> dict:
     allow_data_dependent_shapes()  # what SSPTrainer sets for --torch_compile
     folder = minilm_path()
     tokenizer = AutoTokenizer.from_pretrained(folder)
-    base_model = BertForSSPPretraining.from_pretrained(folder, num_segments=3)
     docs = documents(None)
-    examples = dslc_examples(docs, args.batch_size * args.batches, args.seed)
+    if args.objective == "mspp":
+        base_model = mspp_model(folder, tokenizer, args.first_token_attention)
+        examples = corpus_examples("mspp", docs, args.batch_size * args.batches, args.seed)
+        described = (
+            f"BertForJointPretraining from all-MiniLM-L6-v2 (6 x 384, 12 heads, FFN 1536, vocab 30,522), MLM + MSPP, "
+            f"AE_k, k {MSPP_CANDIDATES} slots of {MSPP_SLOT} tokens, first_token_attention {args.first_token_attention}"
+            ", fp32"
+        )
+    else:
+        base_model = BertForSSPPretraining.from_pretrained(folder, num_segments=3)
+        examples = dslc_examples(docs, args.batch_size * args.batches, args.seed)
+        described = (
+            "BertForSSPPretraining from all-MiniLM-L6-v2 (6 x 384, 12 heads, FFN 1536, vocab 30,522), DSLC, fp32"
+        )
     report = {
         "benchmark": "unpadded_pretrain_cpu",
         "date": now_iso(),
@@ -367,7 +415,8 @@ def main(argv=None) -> dict:
         "commit": git_commit(),
         # What unpadding.unpadded_batch's "auto" takes in an eager CPU step at this thread count.
         "auto_attention_layout": "per_example" if args.threads == 1 else "padded",
-        "model": "BertForSSPPretraining from all-MiniLM-L6-v2 (6 x 384, 12 heads, FFN 1536, vocab 30,522), DSLC, fp32",
+        "objective": args.objective,
+        "model": described,
         "settings": {key: value for key, value in vars(args).items() if key != "results"},
         "lengths": {},
     }

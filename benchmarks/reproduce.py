@@ -272,10 +272,9 @@ def pretrain_settings(cfg, pretraining) -> dict:
         "seed": cfg.pretrain_seed,
         "bf16": cfg.bf16,
     }
-    if joint:
+    if joint:  # the unpadded pass (reproduce_runs.pretrain_argv): a pre-training of the padded one does not count
         out.update(head=pretraining.head, attention=pretraining.attention or cfg.mspp_attention,
-                   num_candidates=cfg.num_candidates,
-                   slot_length=cfg.slot_length)  # fmt: skip
+                   num_candidates=cfg.num_candidates, slot_length=cfg.slot_length, unpadded=True)  # fmt: skip
     else:
         out["max_length"] = cfg.pretrain_max_length
     return out

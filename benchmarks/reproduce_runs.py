@@ -500,8 +500,11 @@ def pretrain_argv(cfg, pretraining, corpus: str, output_dir: Path, resume: str |
         "--dataloader_num_workers", str(cfg.pretrain_workers),
         "--disable_tqdm", "True",
         # The tables' runs keep the padded pass they started with (issue 48's seeds): the unpadded one (run_pretrain's
-        # default on the CPU since issue 52) computes the same losses but draws other dropout masks.
-        "--unpadded", "false",
+        # default on the CPU since issue 52) computes the same losses but draws other dropout masks. MSPP's group (the
+        # joint pre-trainings) had no result yet when the unpadded pass measured 3.0-3.3x faster on its slots
+        # (benchmarks/results/unpadded_mspp_*_cpu.json): its pre-trainings (MSPP and its MLM-only control) run it, all
+        # alike (pretrain_settings records it).
+        "--unpadded", "true" if joint else "false",
     ]  # fmt: skip
     if joint:
         argv += ["--joint_head", pretraining.head, "--num_candidates", str(cfg.num_candidates),

@@ -693,3 +693,21 @@ def test_two_invocations_building_the_wikiqa_corpus_part_together_each_read_a_wh
     assert sorted(path.name for path in tmp_path.iterdir()) == ["wikiqa_train_documents.jsonl"]
     assert len((tmp_path / "wikiqa_train_documents.jsonl").read_text().splitlines()) == 3
     assert info["parts"]["wikiqa_train"] == {"documents": 3, "path": str(tmp_path / "wikiqa_train_documents.jsonl")}
+
+
+def test_mspp_group_pretrains_unpadded_and_the_finished_groups_keep_their_keys(tmp_path):
+    """The joint (MSPP group) pre-trainings run the unpadded pass and their settings say so, so a padded checkpoint
+    of the same objective does not count; the SSP / DSLC groups, whose seeds ran padded, keep their argv and key."""
+    cfg = reproduce.parse_args(["--table", "004", "--scale", "cpu_learn"])
+    cfg.model_path, cfg.model_id, cfg.model_type, cfg.corpus_identity = None, "m", "bert", "c"
+    joint_table, ssp_table = reproduce_tables.TABLES["joint"], reproduce_tables.TABLES["as2_pretraining"]
+    for name, flag in (("mspp", "true"), ("mspp_own_slot", "true"), ("joint_mlm", "true")):
+        pretraining = joint_table.pretraining(joint_table.system(name).pretrain)
+        argv = reproduce_runs.pretrain_argv(cfg, pretraining, "corpus.jsonl", tmp_path, None)
+        assert argv[argv.index("--unpadded") + 1] == flag, name
+        assert reproduce.pretrain_settings(cfg, pretraining)["unpadded"] is True
+    for name in ("pairwise_ssp", "pairwise_mlm", "contextual_dslc", "contextual_dpc", "contextual_mlm"):
+        pretraining = ssp_table.pretraining(ssp_table.system(name).pretrain)
+        argv = reproduce_runs.pretrain_argv(cfg, pretraining, "corpus.jsonl", tmp_path, None)
+        assert argv[argv.index("--unpadded") + 1] == "false", name
+        assert "unpadded" not in reproduce.pretrain_settings(cfg, pretraining)  # the key their seeds ran under

@@ -18,6 +18,7 @@ import json
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 import torch
@@ -475,3 +476,32 @@ def test_folders_saved_with_and_without_the_flag_load_without_as2hub(tmp_path):
     for key in ("loss", "mlm_loss", "cls_loss", "cls_logits"):
         unpadded, padded = (torch.tensor(expected[name][key]) for name in ("ssp_unpadded", "ssp_padded"))
         torch.testing.assert_close(unpadded, padded, **CLOSE, msg=key)
+
+
+@pytest.mark.slow
+def test_the_cpu_benchmark_times_mspp_slots_padded_and_unpadded(tmp_path):
+    """``bench_unpadded_pretrain.py --objective mspp`` (MiniLM's joint MLM + MSPP step, own-slot attention), tiny:
+    every system's loss is the padded pass's, the unpadded systems' dense layers compute no padding while the slots'
+    padded layout does, and each system gets its ratio to the padded one."""
+    import importlib
+
+    benchmarks = str(Path(__file__).resolve().parents[1] / "benchmarks")
+    sys.path.insert(0, benchmarks)
+    try:
+        bench = importlib.import_module("bench_unpadded_pretrain")
+    finally:
+        sys.path.remove(benchmarks)
+    results = tmp_path / "mspp.json"
+    report = bench.main(["--objective", "mspp", "--batch_size", "2", "--batches", "1", "--steps", "1", "--warmup", "0",
+                         "--systems", "padded,unpadded_per_example,unpadded_padded_attention",
+                         "--results", str(results)])  # fmt: skip
+    assert json.loads(results.read_text())["objective"] == "mspp"
+    (length,) = report["lengths"].values()
+    assert length["seq_length"] == 384 and length["loss_check_dropout_off"]["max_abs_difference"] < 1e-4
+    systems = length["systems"]
+    assert systems["padded"]["dense_padding_fraction"] > 0.2  # short sentences in 64-token slots
+    assert systems["unpadded_per_example"]["dense_padding_fraction"] == 0
+    assert systems["unpadded_padded_attention"]["dense_padding_fraction"] == 0
+    assert systems["padded"]["speedup_vs_padded"] == 1.0
+    with pytest.raises(SystemExit):
+        bench.parse_args(["--objective", "mspp", "--systems", "padded,packed"])
