@@ -33,7 +33,8 @@ def build_tokenizer(model_args, documents):
 def default_unpadded(requested: bool | None, device) -> bool:
     """``--unpadded`` as given, else on: the unpadded pass computes the same losses and measured faster on every
     device it ran on: MiniLM DSLC steps on the CPU 1.55x (128 tokens) and 2.12x (256) in real tokens/s at one thread
-    (``benchmarks/results/unpadded_pretrain_cpu.json``), RoBERTa-base bf16 steps on an NVIDIA H200 1.23x and 1.64x
+    (``benchmarks/results/unpadded_pretrain_cpu.json``), MiniLM MSPP steps (the joint model's slots) 3.0-3.3x
+    (``benchmarks/results/unpadded_mspp_*_cpu.json``), RoBERTa-base bf16 steps on an NVIDIA H200 1.23x and 1.64x
     eager, 1.75x and 2.34x with ``--torch_compile`` (``benchmarks/results/gpu_pretrain_unpadded_h200_*.json``)."""
     if requested is not None:
         return requested
