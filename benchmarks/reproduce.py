@@ -300,6 +300,8 @@ def system_settings(cfg, table, system) -> dict:
     else:
         out.update(batch_size=cfg.joint_batch_size, head=system.head, attention=system.attention or cfg.mspp_attention,
                    num_candidates=cfg.num_candidates, slot_length=cfg.slot_length)  # fmt: skip
+        if runs.joint_unpadded(system):  # MSPP's group: unpadded training steps (the baselines' keys stay)
+            out["unpadded"] = True
     if system.pretrain:
         out["pretraining"] = pretrain_settings(cfg, table.pretraining(system.pretrain))
     if system.cascade_of:

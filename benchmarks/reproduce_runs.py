@@ -460,6 +460,12 @@ def as2_argv(cfg, system, model: str | None, output_dir: Path, seed: int) -> lis
     return argv
 
 
+def joint_unpadded(system) -> bool:
+    """Whether a joint system trains with the unpadded pass: MSPP's group (its systems continue a joint
+    pre-training), which started after the pass measured 3x faster on the slots; not the baselines."""
+    return bool(system.pretrain)
+
+
 def joint_argv(cfg, system, model: str | None, output_dir: Path, seed: int, pairwise_model: str | None) -> list[str]:
     argv = ["--model_name_or_path", model] if model else []
     argv += _data_args(cfg) + ["--output_dir", str(output_dir), "--overwrite_output_dir"]
@@ -467,6 +473,9 @@ def joint_argv(cfg, system, model: str | None, output_dir: Path, seed: int, pair
     argv += ["--head", system.head, "--num_candidates", str(cfg.num_candidates), "--slot_length", str(cfg.slot_length)]
     attention = system.attention or cfg.mspp_attention
     argv += ["--first_token_attention", attention]
+    # MSPP's group (a joint pre-training first) fine-tunes unpadded, as it pre-trains (pretrain_argv); the baselines
+    # without one keep the padded pass their seeds ran with. The same losses; evaluation is padded in both.
+    argv += ["--unpadded", "true" if joint_unpadded(system) else "false"]
     if pairwise_model:
         argv += ["--grouping", "top_k", "--pairwise_model", pairwise_model,
                  "--pairwise_max_length", str(cfg.max_length), "--pairwise_batch_size", str(cfg.eval_batch_size)]  # fmt: skip

@@ -91,6 +91,16 @@ class JointModelArguments(LoraArguments):
     )
     first_token_attention: str | None = first_token_attention_field()
     token_type_init: str = field(default="scratch", metadata={"help": "Init of the token-type rows grown to k+1."})
+    unpadded: bool | None = field(
+        default=None,
+        metadata={
+            "help": "Training steps run the encoder's dense layers on the slots' filled tokens only, their padding and "
+            "empty slots left out (true or false; config.unpadded). Same weights, same losses; evaluation and "
+            "scoring keep the padded pass. About 3x faster on the CPU (half of a slot is padding: benchmarks/README.md, "
+            "'Unpadded MSPP pre-training steps'). Default: the checkpoint's setting (an MSPP folder of run_pretrain.py "
+            "keeps the one it was pre-trained with; a stock checkpoint: off)."
+        },
+    )
 
 
 @dataclass

@@ -229,6 +229,7 @@ def test_mspp_pretraining_logs_per_slot_metrics_and_feeds_run_joint(stock_checkp
     config = json.loads((tmp_path / "out" / "config.json").read_text())
     assert config["architectures"][0].endswith("ForJointMultiCandidate")
     assert config["first_token_attention"] == expected  # fine-tuning a joint folder keeps its setting
+    assert config["unpadded"] is True  # run_pretrain's default pass, kept by the fine-tuning of its folder
 
 
 @pytest.mark.slow
@@ -260,6 +261,26 @@ def test_default_run_trains_a_tiny_joint_roberta_from_scratch(tmp_path):
     assert results["test"]["test_num_questions"] == 61
     config = json.loads((tmp_path / "demo" / "config.json").read_text())
     assert config["model_type"] == "joint_roberta" and config["num_candidates"] == 4 and config["type_vocab_size"] == 5
+
+
+@pytest.mark.parametrize("flag", ["true", "false", None], ids=["unpadded", "padded", "default"])
+def test_run_joint_unpadded_flag_chooses_the_training_pass(stock_checkpoint, tmp_path, monkeypatch, flag):
+    """``--unpadded true`` trains through the unpadded pass (every training forward; evaluation stays padded),
+    ``false`` and the default (a stock checkpoint: off) through the padded one; the folder records it."""
+    from as2hub.modeling.joint_multicandidate import modeling_joint_multicandidate as joint_module
+
+    calls = {"train": 0, "eval": 0}
+    encode = joint_module.unpadded_encode
+
+    def counted(base_model, *args, **kwargs):
+        calls["train" if base_model.training else "eval"] += 1
+        return encode(base_model, *args, **kwargs)
+
+    monkeypatch.setattr(joint_module, "unpadded_encode", counted)
+    extra = ["--unpadded", flag] if flag else []
+    run_joint.main(joint_args(tmp_path, stock_checkpoint("bert"), "--max_steps", "2", *extra))
+    assert calls == {"train": 2 if flag == "true" else 0, "eval": 0}  # 2 steps of one batch (4 groups)
+    assert json.loads((tmp_path / "out" / "config.json").read_text())["unpadded"] is (flag == "true")
 
 
 def test_mspp_pretraining_bad_arguments_stop_before_training(stock_checkpoint, tmp_path):

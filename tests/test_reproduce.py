@@ -695,17 +695,29 @@ def test_two_invocations_building_the_wikiqa_corpus_part_together_each_read_a_wh
     assert info["parts"]["wikiqa_train"] == {"documents": 3, "path": str(tmp_path / "wikiqa_train_documents.jsonl")}
 
 
-def test_mspp_group_pretrains_unpadded_and_the_finished_groups_keep_their_keys(tmp_path):
-    """The joint (MSPP group) pre-trainings run the unpadded pass and their settings say so, so a padded checkpoint
-    of the same objective does not count; the SSP / DSLC groups, whose seeds ran padded, keep their argv and key."""
+def test_mspp_group_trains_unpadded_and_the_finished_groups_keep_their_keys(tmp_path):
+    """The joint (MSPP group) pre-trainings and fine-tunings run the unpadded pass and their settings say so, so a
+    padded checkpoint of the same objective does not count; the joint baselines and the SSP / DSLC groups, whose seeds
+    ran padded, keep their argv and key."""
     cfg = reproduce.parse_args(["--table", "004", "--scale", "cpu_learn"])
     cfg.model_path, cfg.model_id, cfg.model_type, cfg.corpus_identity = None, "m", "bert", "c"
+    cfg.wikiqa = {"train": "train.tsv", "dev": "dev.tsv", "test": "test.tsv"}
     joint_table, ssp_table = reproduce_tables.TABLES["joint"], reproduce_tables.TABLES["as2_pretraining"]
     for name, flag in (("mspp", "true"), ("mspp_own_slot", "true"), ("joint_mlm", "true")):
         pretraining = joint_table.pretraining(joint_table.system(name).pretrain)
         argv = reproduce_runs.pretrain_argv(cfg, pretraining, "corpus.jsonl", tmp_path, None)
         assert argv[argv.index("--unpadded") + 1] == flag, name
         assert reproduce.pretrain_settings(cfg, pretraining)["unpadded"] is True
+    # Their fine-tunings too (the cascades' included); the baselines without a pre-training keep the padded pass
+    # and the key their seeds ran under.
+    for name in ("mspp", "mspp_own_slot", "joint_mlm", "cascade", "cascade_mspp_own_slot", "joint_all",
+                 "joint_own_slot", "cascade_no_mspp", "cascade_own_slot"):  # fmt: skip
+        system = joint_table.system(name)
+        group = name not in ("joint_all", "joint_own_slot", "cascade_no_mspp", "cascade_own_slot")
+        argv = reproduce_runs.joint_argv(cfg, system, "model", tmp_path, 42, None)
+        assert argv[argv.index("--unpadded") + 1] == ("true" if group else "false"), name
+        settings = reproduce.system_settings(cfg, joint_table, system)
+        assert settings.get("unpadded") is (True if group else None), name
     for name in ("pairwise_ssp", "pairwise_mlm", "contextual_dslc", "contextual_dpc", "contextual_mlm"):
         pretraining = ssp_table.pretraining(ssp_table.system(name).pretrain)
         argv = reproduce_runs.pretrain_argv(cfg, pretraining, "corpus.jsonl", tmp_path, None)

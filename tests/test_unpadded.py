@@ -181,7 +181,7 @@ SLOT_LENGTHS = {
 }
 
 
-def joint_model(backbone: str, attention: str, unpadded: bool):
+def joint_model(backbone: str, attention: str, unpadded: bool, pretraining: bool = True):
     config_class, pad = JOINT_BACKBONES[backbone]
     config = config_class(
         vocab_size=VOCAB,
@@ -195,15 +195,16 @@ def joint_model(backbone: str, attention: str, unpadded: bool):
         pad_token_id=pad,
     )
     torch.manual_seed(0)
+    extra = {"return_mlm_logits": True} if pretraining else {}
     return JointMultiCandidateModel.from_config(
         config,
-        pretraining=True,
+        pretraining=pretraining,
         num_candidates=K,
         slot_length=L,
         head="AE_k",
         first_token_attention=attention,
         unpadded=unpadded,
-        return_mlm_logits=True,
+        **extra,
     )
 
 
@@ -239,6 +240,18 @@ def test_mspp_unpadded_step_equals_the_padded_step(backbone, attention, padding)
         batch["attention_mask"].bool(),
         ["loss", "mlm_loss", "cls_loss", "cls_logits", "mlm_logits", "cls_accuracy"],
     )
+
+
+@pytest.mark.parametrize("attention", ["own_slot", "all"])
+@pytest.mark.parametrize("backbone", ["bert", "roberta"])
+def test_joint_fine_tuning_unpadded_step_equals_the_padded_step(backbone, attention):
+    """Fine-tuning (``run_joint.py --unpadded true``): the joint AS2 model's loss, per-candidate logits (empty slots:
+    the dtype's minimum in both) and gradients, with partly filled and empty slots."""
+    padded, unpadded = twins(lambda flag: joint_model(backbone, attention, flag, pretraining=False))
+    batch = joint_batch("heavy", JOINT_BACKBONES[backbone][1])
+    batch = {"input_ids": batch["input_ids"], "attention_mask": batch["attention_mask"],
+             "labels": batch["sentence_labels"]}  # fmt: skip
+    assert_same_step(run(padded, batch), run(unpadded, batch), batch["attention_mask"].bool(), ["loss", "logits"])
 
 
 PADDED_LAYOUT_CASES = [*SSP, "joint-bert-own_slot", "joint-roberta-all"]

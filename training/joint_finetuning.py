@@ -134,6 +134,8 @@ def load_model(model_args, tokenizer, label_names: tuple[str, ...] | None):
     }
     if model_args.first_token_attention is not None:  # else the joint config's default (or the folder's own)
         overrides["first_token_attention"] = model_args.first_token_attention
+    if getattr(model_args, "unpadded", None) is not None:  # else the folder's own (an MSPP folder's pass) or off
+        overrides["unpadded"] = bool(model_args.unpadded)
     if label_names is not None:
         overrides["id2label"] = dict(enumerate(label_names))
         overrides["label2id"] = {name: index for index, name in enumerate(label_names)}
