@@ -38,7 +38,7 @@ Usage::
     python benchmarks/bench_unpadded_pretrain.py --seq_lengths 64 --batch_size 4 --steps 2 --warmup 1 \\
         --systems padded,unpadded_per_example,packed --results /tmp/unpadded_smoke.json    # smoke
     python benchmarks/bench_unpadded_pretrain.py --objective mspp --batch_size 8 \\
-        --systems padded,unpadded_per_example,unpadded_padded_attention --results benchmarks/results/unpadded_mspp_cpu.json
+        --systems padded,unpadded_per_example,unpadded_padded_attention --results benchmarks/results/unpadded_mspp_own_slot_cpu.json
 
 Writes ``benchmarks/results/unpadded_pretrain_cpu.json``.
 """
@@ -310,7 +310,11 @@ def check_losses(systems: dict[str, System]) -> dict:
 
 def run_length(seq: int, base_model, tokenizer, examples, args) -> dict:
     eager_batches = make_batches(tokenizer, examples, seq, args, pad_to_multiple_of=8, model=base_model)
-    fixed_batches = make_batches(tokenizer, examples, seq, args, pad_to_multiple_of=seq, model=base_model)
+    fixed_batches = (  # the slot layout has one shape: the same batches, not collated twice
+        eager_batches
+        if args.objective == "mspp"
+        else make_batches(tokenizer, examples, seq, args, pad_to_multiple_of=seq, model=base_model)
+    )
     systems = {}
     for name in args.systems:
         model = copy.deepcopy(base_model)
