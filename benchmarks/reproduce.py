@@ -331,7 +331,8 @@ def merge_states(a: dict, b: dict) -> dict:
         return b
     if not b:
         return a
-    out = {**a, **{k: v for k, v in b.items() if k not in ("runs", "pretraining", "invocations", "partial_runs")}}
+    kept = ("runs", "pretraining", "pretraining_earlier", "invocations", "partial_runs")
+    out = {**a, **{k: v for k, v in b.items() if k not in kept}}
     out["partial_runs"] = {}
     for system in set(a.get("partial_runs", {})) | set(b.get("partial_runs", {})):
         out["partial_runs"][system] = {**a.get("partial_runs", {}).get(system, {}),
@@ -343,10 +344,18 @@ def merge_states(a: dict, b: dict) -> dict:
             seed: max((r for r in (seeds_a.get(seed), seeds_b.get(seed)) if r), key=lambda r: r.get("finished", ""))
             for seed in set(seeds_a) | set(seeds_b)
         }
-    out["pretraining"] = {}
+    out["pretraining"], out["pretraining_earlier"] = {}, {}
+    for key in set(a.get("pretraining_earlier", {})) | set(b.get("pretraining_earlier", {})):
+        for record in earlier_pretrainings(a, key) + earlier_pretrainings(b, key):
+            archive_pretraining(out, key, record)
     for key in set(a.get("pretraining", {})) | set(b.get("pretraining", {})):
         records = [r for r in (a.get("pretraining", {}).get(key), b.get("pretraining", {}).get(key)) if r]
         out["pretraining"][key] = max(records, key=lambda r: (r.get("status") == "done", _last_finish(r)))
+        for record in records:  # two finished runs of one pre-training (a rerun on another machine): keep both
+            if record.get("status") == "done" and record.get("finished") != out["pretraining"][key].get("finished"):
+                archive_pretraining(out, key, record)
+    if not out["pretraining_earlier"]:
+        del out["pretraining_earlier"]
     seen, invocations = set(), []
     for item in a.get("invocations", []) + b.get("invocations", []):
         if item.get("started") not in seen:
@@ -354,6 +363,21 @@ def merge_states(a: dict, b: dict) -> dict:
             invocations.append(item)
     out["invocations"] = sorted(invocations, key=lambda i: i.get("started", ""))
     return out
+
+
+def earlier_pretrainings(state: dict, key: str) -> list[dict]:
+    """The finished runs of pre-training ``key`` that a later run of the same settings replaced (its folder was lost
+    with a machine), oldest first; their seeds keep them (``pretraining_finished`` in each fine-tuning record)."""
+    found = state.get("pretraining_earlier", {}).get(key) or []
+    return [found] if isinstance(found, dict) else list(found)  # one record before 2026-11-30, a list since
+
+
+def archive_pretraining(state: dict, key: str, record: dict) -> None:
+    """Keep ``record`` under ``state["pretraining_earlier"][key]`` (once, ordered by when it finished)."""
+    earlier = earlier_pretrainings(state, key)
+    if all(r.get("finished") != record.get("finished") for r in earlier):
+        earlier.append(record)
+    state.setdefault("pretraining_earlier", {})[key] = sorted(earlier, key=lambda r: r.get("finished") or "")
 
 
 def _last_finish(record: dict) -> str:
@@ -541,7 +565,11 @@ class Harness:
         if reason:
             record["rerun_reason"] = reason
         if system.pretrain:
-            record["pretraining_key"] = self.pretrain_key(self.table.pretraining(system.pretrain))
+            pretraining = self.table.pretraining(system.pretrain)
+            record["pretraining_key"] = self.pretrain_key(pretraining)
+            # Which run of the pre-training: a folder lost with a machine is pre-trained again for the seeds left
+            record["pretraining_finished"] = self.state["pretraining"][pretraining.key].get("finished")
+            record["pretrained_weights"] = runs.weights_digest(model)
         self.state["runs"].setdefault(system.name, {})[str(seed)] = record
         self.units_run.append(f"{system.name}/{seed}")
         self.save()
@@ -565,8 +593,9 @@ class Harness:
             for candidate in (folder, Path(previous.get("output_dir") or folder)):
                 if runs.pretrain_done(candidate):
                     return candidate
-            logger.info("pre-training %s: its folder %s is not on this machine; running it again", pretraining.key,
-                        folder)  # fmt: skip
+            logger.info("pre-training %s: its folder %s is not on this machine; running it again (the finished run's "
+                        "record moves to pretraining_earlier)", pretraining.key, folder)  # fmt: skip
+            archive_pretraining(self.state, pretraining.key, previous)
             previous = None
             runs.shutil.rmtree(folder, ignore_errors=True)
         if previous and runs.latest_checkpoint(folder) is None:
@@ -604,6 +633,10 @@ class Harness:
 
     # ---- summary
 
+    @property
+    def seeds_needed(self) -> int:
+        return _seeds_needed(self.cfg)
+
     def summarize(self) -> dict:
         table, metrics = self.table, self.table.metrics
         systems = {}
@@ -618,6 +651,8 @@ class Harness:
             paper = tables.paper_rows(table, system.name)
             summary.update(label=system.label, stale_runs_not_counted=stale, paper=paper, ran_on=ran_on(current),
                            weights=sorted({weights_of(r) for r in current.values()}))  # fmt: skip
+            if system.pretrain:
+                summary["pretraining_runs"] = pretraining_runs(current)
             systems[system.name] = summary
         comparisons = {}
         for comparison in table.comparisons:
@@ -625,7 +660,7 @@ class Harness:
             runs_a, runs_b = preregistered(self.current_runs(a)), preregistered(self.current_runs(b))
             found = stats.compare(runs_a, runs_b, metrics, self.cfg.bootstrap, 0)
             metric = comparison.metric or metrics[0]
-            if found and len(found["seeds"]) >= stats.SEEDS_FOR_A_VERDICT:
+            if found and len(found["seeds"]) >= self.seeds_needed:
                 found[metric]["stable"] = stats.stable_interval(runs_a, runs_b, metric, self.cfg.bootstrap)
             entry = {"claim": comparison.claim, "ours": found,
                      "paper": tables.paper_differences(table, comparison.a, comparison.b, metrics)}  # fmt: skip
@@ -636,10 +671,24 @@ class Harness:
                 entry["same_sign_as_paper"] = _same_sign(entry, found, metrics)
             entry["verdict_metric"] = comparison.metric or metrics[0]
             entry["verdict"] = stats.verdict(
-                found, entry["verdict_metric"], _paper_sign(entry, entry["verdict_metric"])
+                found, entry["verdict_metric"], _paper_sign(entry, entry["verdict_metric"]), self.seeds_needed
             )
             comparisons[f"{comparison.a} - {comparison.b}"] = entry
         return {"systems": systems, "comparisons": comparisons}
+
+
+def pretraining_runs(records: dict) -> dict:
+    """``{finished: [seeds]}``: which run of its continued pre-training each seed fine-tuned from (the run's finish
+    time; "not recorded" for records from before 2026-11-30)."""
+    out: dict[str, list[int]] = {}
+    for seed, record in sorted(records.items(), key=lambda item: int(item[0])):
+        out.setdefault(record.get("pretraining_finished") or "not recorded", []).append(int(seed))
+    return out
+
+
+def _seeds_needed(cfg) -> int:
+    """The shared seeds a verdict needs: every seed the scale's preset plans (not ``--seeds``, which a run may lower)."""
+    return stats.seeds_for_a_verdict(tables.SCALES[cfg.scale]["seeds"])
 
 
 def weights_of(record: dict) -> str:
@@ -824,11 +873,19 @@ def markdown_report(cfg, table, summary: dict) -> str:
         lines += ["", "Where each seed ran: " + "; ".join(
             f"{name} " + ", ".join(f"{_seed_list(seeds)} on {device}" for device, seeds in where.items())
             for name, where in devices.items()) + "."]  # fmt: skip
+    reruns = {name: found["pretraining_runs"] for name, found in summary["systems"].items()
+              if len(found.get("pretraining_runs") or {}) > 1}  # fmt: skip
+    if reruns:
+        lines += ["", "Continued pre-training run per seed (a folder lost with a machine was pre-trained again, same "
+                  "settings and seed, for the seeds still to fine-tune): " + "; ".join(
+            f"{name} " + ", ".join(f"{_seed_list(seeds)} from the run finished {when}" for when, seeds in runs.items())
+            for name, runs in reruns.items()) + "."]  # fmt: skip
     lines += ["", "Differences a − b (points): ours with a 95% paired-bootstrap interval, over seeds and questions "
               "(two-level) where both systems have 2 or more seeds, over questions with one; paper: difference of its "
               "means (same paper, table and model family) or the direction it reports. Verdict, on the metric named: "
               "reproduced / not reproduced when the interval excludes 0 on the paper's side / the other side, not "
-              "decidable at this scale when it holds 0, not decided yet below 3 seeds.", ""]  # fmt: skip
+              f"decidable at this scale when it holds 0, not decided yet below {_seeds_needed(cfg)} seeds (every seed "
+              "the scale pre-registers).", ""]  # fmt: skip
     headers = ["a − b", "seeds"] + [f"Δ{_name(m)} (ours)" for m in metrics] + ["paper", "paper's claim", "verdict"]
     rows = []
     for name, entry in summary["comparisons"].items():

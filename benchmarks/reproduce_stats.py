@@ -145,6 +145,13 @@ def _two_level_means(per_seed_a: dict, per_seed_b: dict, metric: str, resamples:
 SEEDS_FOR_A_VERDICT = 3
 
 
+def seeds_for_a_verdict(scale_seeds: int) -> int:
+    """How many shared seeds a verdict needs at a scale that plans ``scale_seeds`` seeds: all of them, and never fewer
+    than ``SEEDS_FOR_A_VERDICT``. At ``cpu_learn`` and ``gpu_learn`` that is the 5 pre-registered seeds (42-46, issue 48):
+    a verdict read on the first 3 and kept or dropped by how the last 2 come out would be optional stopping."""
+    return max(SEEDS_FOR_A_VERDICT, scale_seeds)
+
+
 def verdict(found: dict | None, metric: str, paper_sign: int | None, seeds_needed: int = SEEDS_FOR_A_VERDICT) -> str:
     """One claim's verdict from our a - b on ``metric`` (``compare``'s output) and the sign of the paper's a - b (+1,
     -1; None or 0 where the paper states none, as for as2hub's own comparisons):
@@ -152,7 +159,8 @@ def verdict(found: dict | None, metric: str, paper_sign: int | None, seeds_neede
     - ``not decidable at this scale (...)`` when the metric has a :func:`stable_interval` whose streams put 0 on
       different sides: the verdict would hang on the bootstrap's random seed;
 
-    - ``not decided yet (n of 3 seeds)`` while fewer seeds than ``seeds_needed`` are shared;
+    - ``not decided yet (n of m seeds)`` while fewer seeds than ``seeds_needed`` (m: :func:`seeds_for_a_verdict`) are
+      shared;
     - ``reproduced`` / ``not reproduced`` when the interval (two-level where there is one) excludes 0 on the paper's
       side / on the other side;
     - ``not decidable at this scale`` when it holds 0;

@@ -234,6 +234,20 @@ def test_a_verdict_reads_the_interval_on_the_papers_side():
     assert verdict(None, "map", +1) == "not decided yet (0 of 3 seeds)"
     assert verdict(found(-0.05, -0.01), "map", None) == "a below b"  # as2hub's own comparisons: no paper side
     assert verdict(found(-0.01, 0.01), "map", 0) == "level within the interval"
+    # At a scale with 5 pre-registered seeds, 4 finished decide nothing, however clear their interval.
+    assert verdict(found(0.01, 0.05, seeds=4), "map", +1, 5) == "not decided yet (4 of 5 seeds)"
+    assert verdict(found(0.01, 0.05, seeds=5), "map", +1, 5) == "reproduced"
+
+
+# The seeds a verdict needs, per scale (issue 48: cpu_learn and gpu_learn pre-register seeds 42-46; cpu and smoke
+# keep the 3 of the first tables).
+SEEDS_NEEDED = {"smoke": 3, "cpu": 3, "cpu_learn": 5, "gpu_learn": 5}
+
+
+def test_a_verdict_waits_for_every_seed_the_scale_pre_registers():
+    assert {s: reproduce_stats.seeds_for_a_verdict(reproduce_tables.SCALES[s]["seeds"]) for s in SEEDS_NEEDED} == (
+        SEEDS_NEEDED
+    )
 
 
 def test_a_run_measured_on_another_device_does_not_plan_this_ones_and_the_table_says_where_each_ran(monkeypatch):
@@ -319,6 +333,67 @@ def test_the_verdicts_and_the_table_read_the_preregistered_seeds_only(tmp_path):
     )
     markdown = reproduce.markdown_report(harness.cfg, harness.table, summary)
     assert "MAP (all seeds)" in markdown and "65.7 ± 20.5 (7)" in markdown  # statistics.mean / stdev of the 7
+
+
+def test_at_cpu_learn_a_clear_gain_on_4_of_the_5_preregistered_seeds_decides_nothing(tmp_path):
+    # SSP 20 points above the baseline on every question of seeds 42-45: at the smoke scale (3 seeds needed) that is a
+    # verdict; at cpu_learn the verdict waits for seed 46, and the table's note says how many seeds it needs.
+    ssp = _records({"42": 0.8, "43": 0.8, "44": 0.8, "45": 0.8})
+    base = _records({"42": 0.6, "43": 0.6, "44": 0.6, "45": 0.6, "46": 0.6})
+    runs = {"pairwise_ssp": ssp, "pairwise": base}
+    smoke = _harness(tmp_path, runs, reproduce.LEGACY_WEIGHTS).summarize()
+    assert smoke["comparisons"]["pairwise_ssp - pairwise"]["verdict"] == "reproduced"
+    harness = _harness(tmp_path, runs, reproduce.LEGACY_WEIGHTS, "--scale", "cpu_learn")
+    summary = harness.summarize()
+    entry = summary["comparisons"]["pairwise_ssp - pairwise"]
+    assert entry["ours"]["seeds"] == [42, 43, 44, 45] and entry["verdict"] == "not decided yet (4 of 5 seeds)"
+    assert "not decided yet below 5 seeds" in reproduce.markdown_report(harness.cfg, harness.table, summary)
+    ssp["46"] = _records({"46": 0.8})["46"]
+    harness = _harness(tmp_path, runs, reproduce.LEGACY_WEIGHTS, "--scale", "cpu_learn")
+    assert harness.summarize()["comparisons"]["pairwise_ssp - pairwise"]["verdict"] == "reproduced"
+
+
+def test_a_pretraining_rerun_keeps_the_first_run_and_each_seed_names_the_run_it_started_from(tmp_path, monkeypatch):
+    # DSLC pre-trained once (its folder then lost with a machine) and fine-tuned for seeds 42-43; a later machine
+    # pre-trains again for 44-46. The first run's record must survive the rerun, in the harness and through a merge of
+    # two state files, and the table must say which seeds came from which run.
+    first = {"status": "done", "finished": "2026-11-30T22:58:00+00:00", "output_dir": str(tmp_path / "gone"),
+             "held_out_after": {"mlm_loss": 4.9}}  # fmt: skip
+    harness = _harness(tmp_path, {}, reproduce.LEGACY_WEIGHTS, "--scale", "cpu_learn")
+    pretraining = harness.table.pretraining("dslc")
+    harness.state["pretraining"]["dslc"] = {**first, "settings_key": harness.pretrain_key(pretraining),
+                                            "model_weights": reproduce.LEGACY_WEIGHTS}  # fmt: skip
+    second = {"status": "done", "finished": "2026-12-01T09:00:00+00:00"}
+    monkeypatch.setattr(reproduce_runs, "run_pretraining", lambda cfg, p, corpus, folder, previous: dict(second))
+    monkeypatch.setattr(harness, "ensure_corpus", lambda: {"path": "corpus.jsonl"})
+    harness.budget = reproduce_runs.Budget(None)
+    harness.ensure_pretraining(pretraining)
+    assert harness.state["pretraining"]["dslc"]["finished"] == second["finished"]
+    assert [r["finished"] for r in harness.state["pretraining_earlier"]["dslc"]] == [first["finished"]]
+
+    # Two state files, each with its own finished run (two machines): the later one is current, the other is kept;
+    # an earlier run stored in the old single-record form joins the list.
+    a = {"pretraining": {"dslc": first}, "pretraining_earlier": {"dslc": {"status": "done", "finished": "2026-11-29"}}}
+    b = {"pretraining": {"dslc": second}}
+    merged = reproduce.merge_states(a, b)
+    assert merged["pretraining"]["dslc"] == second
+    assert [r["finished"] for r in merged["pretraining_earlier"]["dslc"]] == ["2026-11-29", first["finished"]]
+    assert reproduce.merge_states(merged, a)["pretraining_earlier"] == merged["pretraining_earlier"]  # no duplicates
+
+    records = _records({str(seed): 0.7 for seed in range(42, 47)})
+    for seed, record in records.items():
+        record["pretraining_finished"] = first["finished"] if seed in ("42", "43") else second["finished"]
+    harness = _harness(tmp_path, {"contextual_dslc": records}, reproduce.LEGACY_WEIGHTS, "--scale", "cpu_learn")
+    summary = harness.summarize()
+    assert summary["systems"]["contextual_dslc"]["pretraining_runs"] == {first["finished"]: [42, 43],
+                                                                         second["finished"]: [44, 45, 46]}  # fmt: skip
+    markdown = reproduce.markdown_report(harness.cfg, harness.table, summary)
+    assert (f"contextual_dslc 42-43 from the run finished {first['finished']}, 44-46 from the run finished "
+            f"{second['finished']}.") in markdown  # fmt: skip
+    records["42"]["pretraining_finished"] = records["43"]["pretraining_finished"] = second["finished"]
+    harness = _harness(tmp_path, {"contextual_dslc": records}, reproduce.LEGACY_WEIGHTS, "--scale", "cpu_learn")
+    summary = harness.summarize()  # one run for every seed: no line
+    assert "Continued pre-training run per seed" not in reproduce.markdown_report(harness.cfg, harness.table, summary)
 
 
 def test_a_verdict_does_not_hang_on_the_bootstraps_random_seed():
@@ -583,7 +658,10 @@ def test_an_interrupted_pretraining_checkpoints_and_the_next_call_resumes_it(tmp
     done = report["pretraining"]["ssp"]
     assert done["status"] == "done" and done["steps_done"] == 5 and len(done["segments"]) == 2
     assert done["segments"][1]["resumed_from"].endswith("checkpoint-2")
-    assert report["runs"]["pairwise_ssp"]["42"]["pretraining_key"] == done["settings_key"]
+    record = report["runs"]["pairwise_ssp"]["42"]
+    assert record["pretraining_key"] == done["settings_key"] and record["pretraining_finished"] == done["finished"]
+    folder = tmp_path / "r_out" / "as2_pretraining_smoke" / "pretrain_ssp"
+    assert record["pretrained_weights"] == reproduce_runs.weights_digest(str(folder)) != record["model_weights"]
 
 
 @pytest.mark.slow
