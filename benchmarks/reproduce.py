@@ -331,19 +331,29 @@ def merge_states(a: dict, b: dict) -> dict:
         return b
     if not b:
         return a
-    kept = ("runs", "pretraining", "pretraining_earlier", "invocations", "partial_runs")
+    kept = ("runs", "runs_earlier", "pretraining", "pretraining_earlier", "invocations", "partial_runs")
     out = {**a, **{k: v for k, v in b.items() if k not in kept}}
     out["partial_runs"] = {}
     for system in set(a.get("partial_runs", {})) | set(b.get("partial_runs", {})):
         out["partial_runs"][system] = {**a.get("partial_runs", {}).get(system, {}),
                                        **b.get("partial_runs", {}).get(system, {})}  # fmt: skip
-    out["runs"] = {}
+    out["runs"], out["runs_earlier"] = {}, {}
+    for state in (a, b):
+        for system, by_seed in state.get("runs_earlier", {}).items():
+            for seed, records in by_seed.items():
+                for record in records:
+                    archive_run(out, system, seed, record)
     for system in set(a.get("runs", {})) | set(b.get("runs", {})):
         seeds_a, seeds_b = a.get("runs", {}).get(system, {}), b.get("runs", {}).get(system, {})
-        out["runs"][system] = {
-            seed: max((r for r in (seeds_a.get(seed), seeds_b.get(seed)) if r), key=lambda r: r.get("finished", ""))
-            for seed in set(seeds_a) | set(seeds_b)
-        }
+        out["runs"][system] = {}
+        for seed in set(seeds_a) | set(seeds_b):
+            records = [r for r in (seeds_a.get(seed), seeds_b.get(seed)) if r]
+            out["runs"][system][seed] = max(records, key=lambda r: r.get("finished", ""))
+            for record in records:  # two runs of one seed (a rerun on another machine): keep both
+                if record.get("finished") != out["runs"][system][seed].get("finished"):
+                    archive_run(out, system, seed, record)
+    if not out["runs_earlier"]:
+        del out["runs_earlier"]
     out["pretraining"], out["pretraining_earlier"] = {}, {}
     for key in set(a.get("pretraining_earlier", {})) | set(b.get("pretraining_earlier", {})):
         for record in earlier_pretrainings(a, key) + earlier_pretrainings(b, key):
@@ -378,6 +388,16 @@ def archive_pretraining(state: dict, key: str, record: dict) -> None:
     if all(r.get("finished") != record.get("finished") for r in earlier):
         earlier.append(record)
     state.setdefault("pretraining_earlier", {})[key] = sorted(earlier, key=lambda r: r.get("finished") or "")
+
+
+def archive_run(state: dict, system: str, seed: str, record: dict) -> None:
+    """Keep a replaced run ``record`` under ``state["runs_earlier"][system][seed]`` (once, oldest first). A seed runs
+    again when a cascade needs its model and the folder was lost with a machine (``rerun_reason``), or with
+    ``--rerun``; the table reads the latest run and says how the first one compares (:func:`first_runs`)."""
+    earlier = state.setdefault("runs_earlier", {}).setdefault(system, {}).setdefault(str(seed), [])
+    if all(r.get("finished") != record.get("finished") for r in earlier):
+        earlier.append(record)
+        earlier.sort(key=lambda r: r.get("finished") or "")
 
 
 def _last_finish(record: dict) -> str:
@@ -472,6 +492,17 @@ class Harness:
     def current_runs(self, system) -> dict:
         return {s: r for s, r in self.state["runs"].get(system.name, {}).items() if self.counts(system, r)}
 
+    def first_runs(self, system) -> dict:
+        """``{seed: record}``: for each pre-registered seed whose current run replaced an earlier one of the same
+        settings and weights (``runs_earlier``), the first of them."""
+        earlier = self.state.get("runs_earlier", {}).get(system.name, {})
+        out = {}
+        for seed in preregistered(self.current_runs(system)):
+            counted = [r for r in earlier.get(seed, []) if self.counts(system, r)]
+            if counted:
+                out[seed] = counted[0]
+        return out
+
     def save(self) -> None:
         self.state["updated"] = now_iso()
         # Paths and other non-JSON values as strings (bench_utils.write_json's float() would fail on them).
@@ -564,6 +595,9 @@ class Harness:
         )
         if reason:
             record["rerun_reason"] = reason
+        replaced = self.state["runs"].get(system.name, {}).get(str(seed))
+        if replaced:  # the first run of the seed stays in the results (runs_earlier), and the table compares them
+            archive_run(self.state, system.name, str(seed), replaced)
         if system.pretrain:
             pretraining = self.table.pretraining(system.pretrain)
             record["pretraining_key"] = self.pretrain_key(pretraining)
@@ -653,6 +687,11 @@ class Harness:
                            weights=sorted({weights_of(r) for r in current.values()}))  # fmt: skip
             if system.pretrain:
                 summary["pretraining_runs"] = pretraining_runs(current)
+            first = self.first_runs(system)
+            if first:  # seeds run again: both runs' test metrics, the reason
+                summary["reruns"] = {seed: {"first": _test_of(record, metrics), "again": _test_of(current[seed], metrics),
+                                            "reason": current[seed].get("rerun_reason") or "--rerun"}
+                                     for seed, record in first.items()}  # fmt: skip
             systems[system.name] = summary
         comparisons = {}
         for comparison in table.comparisons:
@@ -673,8 +712,23 @@ class Harness:
             entry["verdict"] = stats.verdict(
                 found, entry["verdict_metric"], _paper_sign(entry, entry["verdict_metric"]), self.seeds_needed
             )
+            firsts = {system.name: self.first_runs(system) for system in (a, b)}
+            if found and any(firsts.values()) and not (a.cascade_of or b.cascade_of):
+                # The same comparison on the seeds' first runs (a cascade re-ranks the rerun's scores: not for it)
+                first_a, first_b = {**runs_a, **firsts[a.name]}, {**runs_b, **firsts[b.name]}
+                alternative = stats.compare(first_a, first_b, metrics, self.cfg.bootstrap, 0)
+                if len(alternative["seeds"]) >= self.seeds_needed:
+                    alternative[metric]["stable"] = stats.stable_interval(first_a, first_b, metric, self.cfg.bootstrap)
+                entry["verdict_first_runs"] = stats.verdict(
+                    alternative, entry["verdict_metric"], _paper_sign(entry, entry["verdict_metric"]), self.seeds_needed
+                )
             comparisons[f"{comparison.a} - {comparison.b}"] = entry
         return {"systems": systems, "comparisons": comparisons}
+
+
+def _test_of(record: dict, metrics) -> dict:
+    return {"finished": record.get("finished"), "device": (record.get("device") or {}).get("gpu") or "CPU",
+            **{m: record["test"][m] for m in metrics if m in record.get("test", {})}}  # fmt: skip
 
 
 def pretraining_runs(records: dict) -> dict:
@@ -880,6 +934,22 @@ def markdown_report(cfg, table, summary: dict) -> str:
                   "settings and seed, for the seeds still to fine-tune): " + "; ".join(
             f"{name} " + ", ".join(f"{_seed_list(seeds)} from the run finished {when}" for when, seeds in runs.items())
             for name, runs in reruns.items()) + "."]  # fmt: skip
+    again = {name: found["reruns"] for name, found in summary["systems"].items() if found.get("reruns")}
+    if again:
+        metric = table.metrics[0]
+        changed = [f"{name}: {entry['verdict_first_runs']} instead of {entry['verdict']}"
+                   for name, entry in summary["comparisons"].items()
+                   if entry.get("verdict_first_runs", entry["verdict"]) != entry["verdict"]]  # fmt: skip
+        listed = "; ".join(
+            f"{name} {seed} (test {_name(metric)} {100 * rerun['first'][metric]:.2f} first, "
+            f"{100 * rerun['again'][metric]:.2f} again; why: {rerun['reason']})"
+            for name, by_seed in again.items()
+            for seed, rerun in sorted(by_seed.items())
+        )
+        outcome = "; ".join(changed) if changed else "every verdict outside the cascades' is the same"
+        lines += ["", "Seeds run again, same settings and seed (the first run stays in the results, under "
+                  f"`runs_earlier`): {listed}. The table reads the latest runs; with the first runs instead, "
+                  f"{outcome}."]  # fmt: skip
     lines += ["", "Differences a − b (points): ours with a 95% paired-bootstrap interval, over seeds and questions "
               "(two-level) where both systems have 2 or more seeds, over questions with one; paper: difference of its "
               "means (same paper, table and model family) or the direction it reports. Verdict, on the metric named: "

@@ -396,6 +396,46 @@ def test_a_pretraining_rerun_keeps_the_first_run_and_each_seed_names_the_run_it_
     assert "Continued pre-training run per seed" not in reproduce.markdown_report(harness.cfg, harness.table, summary)
 
 
+def test_a_seed_run_again_keeps_its_first_run_and_the_table_says_whether_a_verdict_depends_on_it(tmp_path, monkeypatch):
+    # A cascade needs pairwise seed 42's model, whose folder was lost with a machine: the harness trains seed 42 again.
+    # The first record must survive (in the harness and through a merge of two state files), and the table must say
+    # what each run scored and whether any verdict would differ on the first runs. Here the rerun is (artificially)
+    # far from the first run: SSP is +10 points on every seed against the first runs, and -20 on seed 42 against the
+    # rerun, so the verdict changes with the run it reads.
+    ssp = _records({str(seed): 0.7 for seed in range(42, 47)})
+    base = _records({str(seed): 0.6 for seed in range(42, 47)})
+    base["42"]["finished"] = "2026-11-27T04:39:00+00:00"
+    harness = _harness(tmp_path, {"pairwise_ssp": ssp, "pairwise": base}, reproduce.LEGACY_WEIGHTS)
+    assert harness.summarize()["comparisons"]["pairwise_ssp - pairwise"]["verdict"] == "reproduced"
+    rerun = {**_records({"42": 0.9})["42"], "finished": "2026-12-01T02:00:00+00:00", "wall_time_s": 1.0}
+    monkeypatch.setattr(reproduce_runs, "run_as2_like", lambda *args, **kwargs: dict(rerun))
+    harness.budget = reproduce_runs.Budget(None)
+    pairwise = harness.table.system("pairwise")
+    why = "the cascade needs its model, which is not on this machine"
+    harness.ensure_run(pairwise, 42, reason=why)
+    assert harness.record(pairwise, 42)["finished"] == rerun["finished"]
+    first = harness.state["runs_earlier"]["pairwise"]["42"]
+    assert [r["finished"] for r in first] == [base["42"]["finished"]] and first[0]["test"]["map"] == 0.6
+
+    summary = harness.summarize()
+    assert summary["systems"]["pairwise"]["reruns"]["42"]["first"]["map"] == 0.6
+    assert summary["systems"]["pairwise"]["reruns"]["42"]["again"]["map"] == 0.9
+    entry = summary["comparisons"]["pairwise_ssp - pairwise"]
+    assert entry["verdict"] == "not decidable at this scale" and entry["verdict_first_runs"] == "reproduced"
+    markdown = reproduce.markdown_report(harness.cfg, harness.table, summary)
+    assert f"pairwise 42 (test MAP 60.00 first, 90.00 again; why: {why})" in markdown
+    assert "pairwise_ssp - pairwise: reproduced instead of not decidable at this scale" in markdown
+
+    # Two state files, one with each run of seed 42: the later run is current, the first is kept, once.
+    a = {"runs": {"pairwise": {"42": base["42"]}}}
+    b = {"runs": {"pairwise": {"42": rerun}}}
+    merged = reproduce.merge_states(a, b)
+    assert merged["runs"]["pairwise"]["42"] == rerun
+    assert merged["runs_earlier"] == {"pairwise": {"42": [base["42"]]}}
+    assert reproduce.merge_states(merged, a)["runs_earlier"] == merged["runs_earlier"]
+    assert "runs_earlier" not in reproduce.merge_states(a, a)  # the same run twice: nothing replaced
+
+
 def test_a_verdict_does_not_hang_on_the_bootstraps_random_seed():
     # 400 questions, seed-averaged differences: 100 at +1, 70 at -1, 230 at 0. Mean 0.075, standard error
     # sqrt((170/400 - 0.075^2) / 400) = 0.0321, so the normal 95% lower bound is 0.075 - 1.96 x 0.0321 = 0.0121:
