@@ -94,3 +94,38 @@ def test_architecture_md_names_files_that_exist_and_the_contracts_layers():
     assert paths and [path for path in sorted(paths) if not (ROOT / path).is_file()] == []
     for folder, layer in test_import_layers.LAYERS.items():
         assert re.search(rf"^  {folder}/ .* layer {layer}\b", text, re.MULTILINE), f"{folder}: layer {layer}"
+
+
+DOCS = ("ARCHITECTURE.md", "README.md", "benchmarks", "hub_cards", "inference", "modeling", "run_scripts")
+
+
+def table_rows_off_their_header(text: str) -> list[tuple[int, int, int]]:
+    """``(line, cells, header's cells)`` of every Markdown table row whose cell count is not its header's: an
+    unescaped ``|`` inside a cell (GitHub splits on it, code spans included) or a column added to some rows only."""
+    found, header = [], None
+    for number, line in enumerate(text.splitlines(), 1):
+        if not line.startswith("|"):
+            header = None
+            continue
+        cells = len(re.findall(r"(?<!\\)\|", line)) - 1
+        if header is None:
+            header = cells
+        elif cells != header:
+            found.append((number, cells, header))
+    return found
+
+
+def test_table_check_finds_a_stray_column_and_a_bare_bar():
+    table = (
+        "| a | b |\n|---|---|\n| 1 | 2 |\n| 3 | 4 | 5 |\n| mean of \\|x\\| | 6 |\n| largest |x| | 7 |\n\n| c |\n|---|"
+    )
+    assert table_rows_off_their_header(table) == [(4, 3, 2), (6, 4, 2)]
+
+
+def test_every_markdown_table_row_has_its_headers_columns():
+    # Seen: a per-seed column pasted into another system's table, and |score change| splitting a row in two.
+    files = [ROOT / name for name in DOCS if (ROOT / name).is_file()]
+    files += [path for name in DOCS if (ROOT / name).is_dir() for path in sorted((ROOT / name).rglob("*.md"))]
+    assert len(files) >= 10
+    off = {str(path.relative_to(ROOT)): table_rows_off_their_header(path.read_text()) for path in files}
+    assert {name: rows for name, rows in off.items() if rows} == {}
