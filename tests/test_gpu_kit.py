@@ -252,7 +252,13 @@ echo "=== fake $AS2HUB_RUN_TAG"
 
 
 def run_lease(
-    tmp_path, status: str, group: str = "ssp", parallel: str = "2", seconds: str = "500", printed: list | None = None
+    tmp_path,
+    status: str,
+    group: str = "ssp",
+    parallel: str = "2",
+    seconds: str = "500",
+    printed: list | None = None,
+    scale: str = "gpu_learn",
 ) -> list[list[str]]:
     import subprocess
 
@@ -268,6 +274,7 @@ def run_lease(
         "AS2HUB_LEASE_PART": str(part),
         "AS2HUB_LEASE_SECONDS": seconds,
         "AS2HUB_LEASE_PARALLEL": parallel,
+        "AS2HUB_LEASE_SCALE": scale,
     }
     done = subprocess.run(
         ["bash", str(ROOT / "benchmarks" / "gpu" / "gpu_learn_lease.sh"), group],
@@ -276,7 +283,7 @@ def run_lease(
         text=True,
     )
     assert done.returncode == 0, done.stderr
-    archive = out / f"gpu_learn_{group}.tgz"
+    archive = out / f"{scale}_{group}.tgz"
     assert archive.is_file() and not list(out.glob("*.json")), sorted(p.name for p in out.iterdir())
     if printed is not None:
         printed.extend(done.stdout.splitlines())
@@ -297,6 +304,16 @@ def test_the_lease_fine_tunes_the_other_seeds_from_the_finished_pre_training(tmp
             assert f"--systems {system} --seed_list {seeds} " in flags
             assert flags.endswith(f"--state_from {tmp_path}/out/reproduce_as2_pretraining_gpu_learn_{system}.json")
     assert all(0 < seconds <= 500 for _, _, seconds in calls.values())
+
+
+def test_a_cpu_learn_lease_counts_the_cpu_seeds_as_done(tmp_path):
+    # The MSPP group at cpu_learn: mspp_own_slot and joint_mlm have their 5 seeds on the CPU (the pip package's
+    # weights, 53aa5117); the GPU starts from the rounded copy. Without --merge_weights every invocation would run
+    # those seeds again, and the merge back would put the GPU's records in their place.
+    calls = run_lease(tmp_path, "done", group="mspp", scale="cpu_learn")
+    assert {tag for tag, *_ in calls} >= {"base", "mspp", "mspp_own_slot", "joint_mlm", "mspp_own_slot_a"}
+    assert all("--merge_weights 53aa5117" in flags for _, _, flags, _ in calls)
+    assert not any("--merge_weights" in flags for _, _, flags, _ in run_lease(tmp_path / "gpu_learn", "done"))
 
 
 def test_the_lease_starts_no_fine_tuning_without_its_pre_training(tmp_path):

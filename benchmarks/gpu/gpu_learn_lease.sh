@@ -47,13 +47,19 @@ mkdir -p "$OUT" "$LOGS"
 
 left() { echo $((DEADLINE - $(date +%s))); }
 
+# At cpu_learn the lease continues the committed CPU table: the CPU's runs (the pip package's weights, 53aa5117) count
+# as done there too, so that no finished CPU seed runs again on the GPU from the rounded weights and replaces its record
+# in the merge (a pre-training still runs again: its folder is not here, and the record says which run each seed used).
+MERGE=()
+[ "$AS2HUB_REPRODUCE_SCALE" = cpu_learn ] && MERGE=(--merge_weights 53aa5117)
+
 # One reproduce.py invocation through run_gpu_session.sh, with its own tag (results file and output root) and the
 # time left to the lease's deadline.
 invoke() {  # TAG SYSTEMS SEEDS [FLAGS...]
   local tag=$1 systems=$2 seeds=$3
   shift 3
   AS2HUB_RUN_TAG=$tag AS2HUB_GPU_PART_SECONDS=$(left) bash "$PART" reproduce "$TABLE" --systems "$systems" \
-    --seed_list "$seeds" --threads 3 "$@" > "$LOGS/$tag.txt" 2>&1
+    --seed_list "$seeds" --threads 3 "${MERGE[@]}" "$@" > "$LOGS/$tag.txt" 2>&1
 }
 
 run_pretrained() {  # SYSTEM[+SYSTEM...]: the pre-training and seed 42, then the other seeds in two invocations
