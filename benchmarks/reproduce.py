@@ -334,7 +334,7 @@ def merge_states(a: dict, b: dict) -> dict:
     kept = ("runs", "runs_earlier", "pretraining", "pretraining_earlier", "invocations", "partial_runs")
     out = {**a, **{k: v for k, v in b.items() if k not in kept}}
     out["partial_runs"] = {}
-    for system in set(a.get("partial_runs", {})) | set(b.get("partial_runs", {})):
+    for system in sorted(set(a.get("partial_runs", {})) | set(b.get("partial_runs", {}))):
         out["partial_runs"][system] = {**a.get("partial_runs", {}).get(system, {}),
                                        **b.get("partial_runs", {}).get(system, {})}  # fmt: skip
     out["runs"], out["runs_earlier"] = {}, {}
@@ -343,10 +343,10 @@ def merge_states(a: dict, b: dict) -> dict:
             for seed, records in by_seed.items():
                 for record in records:
                     archive_run(out, system, seed, record)
-    for system in set(a.get("runs", {})) | set(b.get("runs", {})):
+    for system in sorted(set(a.get("runs", {})) | set(b.get("runs", {}))):  # sorted: the same file for the same runs
         seeds_a, seeds_b = a.get("runs", {}).get(system, {}), b.get("runs", {}).get(system, {})
         out["runs"][system] = {}
-        for seed in set(seeds_a) | set(seeds_b):
+        for seed in sorted(set(seeds_a) | set(seeds_b), key=int):
             records = [r for r in (seeds_a.get(seed), seeds_b.get(seed)) if r]
             out["runs"][system][seed] = max(records, key=lambda r: r.get("finished", ""))
             for record in records:  # two runs of one seed (a rerun on another machine): keep both
@@ -354,11 +354,14 @@ def merge_states(a: dict, b: dict) -> dict:
                     archive_run(out, system, seed, record)
     if not out["runs_earlier"]:
         del out["runs_earlier"]
+    for system, partials in out["partial_runs"].items():  # a partial run that a finished run of the seed outdates
+        for seed in [s for s, p in partials.items() if _outdated(p, out["runs"].get(system, {}).get(s))]:
+            del partials[seed]
     out["pretraining"], out["pretraining_earlier"] = {}, {}
-    for key in set(a.get("pretraining_earlier", {})) | set(b.get("pretraining_earlier", {})):
+    for key in sorted(set(a.get("pretraining_earlier", {})) | set(b.get("pretraining_earlier", {}))):
         for record in earlier_pretrainings(a, key) + earlier_pretrainings(b, key):
             archive_pretraining(out, key, record)
-    for key in set(a.get("pretraining", {})) | set(b.get("pretraining", {})):
+    for key in sorted(set(a.get("pretraining", {})) | set(b.get("pretraining", {}))):
         records = [r for r in (a.get("pretraining", {}).get(key), b.get("pretraining", {}).get(key)) if r]
         out["pretraining"][key] = max(records, key=lambda r: (r.get("status") == "done", _last_finish(r)))
         for record in records:  # two finished runs of one pre-training (a rerun on another machine): keep both
@@ -398,6 +401,11 @@ def archive_run(state: dict, system: str, seed: str, record: dict) -> None:
     if all(r.get("finished") != record.get("finished") for r in earlier):
         earlier.append(record)
         earlier.sort(key=lambda r: r.get("finished") or "")
+
+
+def _outdated(partial: dict, record: dict | None) -> bool:
+    started = [segment.get("started") or "" for segment in partial.get("segments") or []]
+    return bool(record) and (record.get("finished") or "") > max(started, default="")
 
 
 def _last_finish(record: dict) -> str:

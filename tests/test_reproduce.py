@@ -434,6 +434,16 @@ def test_a_seed_run_again_keeps_its_first_run_and_the_table_says_whether_a_verdi
     assert merged["runs_earlier"] == {"pairwise": {"42": [base["42"]]}}
     assert reproduce.merge_states(merged, a)["runs_earlier"] == merged["runs_earlier"]
     assert "runs_earlier" not in reproduce.merge_states(a, a)  # the same run twice: nothing replaced
+    # A partial run (stopped on one machine) that a finished run of the same seed outdates goes; a later one stays.
+    partial = {"pairwise": {"42": {"segments": [{"started": "2026-12-01T01:00:00+00:00", "stopped": "SIGTERM"}]}}}
+    assert reproduce.merge_states({**a, "partial_runs": partial}, b)["partial_runs"] == {"pairwise": {}}
+    assert reproduce.merge_states({**b, "partial_runs": partial}, a)["partial_runs"] == {"pairwise": {}}
+    assert reproduce.merge_states({**a, "partial_runs": partial}, a)["partial_runs"] == partial
+    # Systems by name, seeds by number: the same runs give the same file, whatever order the merge met them in.
+    unordered = {"runs": {"pairwise_ssp": {"100": rerun, "46": rerun}, "pairwise": {"9": rerun, "10": rerun}}}
+    merged = reproduce.merge_states(unordered, {"runs": {"contextual": {"43": rerun, "42": rerun}}})
+    assert [(system, list(seeds)) for system, seeds in merged["runs"].items()] == [
+        ("contextual", ["42", "43"]), ("pairwise", ["9", "10"]), ("pairwise_ssp", ["46", "100"])]  # fmt: skip
 
 
 def test_a_verdict_does_not_hang_on_the_bootstraps_random_seed():
