@@ -387,20 +387,22 @@ def earlier_pretrainings(state: dict, key: str) -> list[dict]:
 
 def archive_pretraining(state: dict, key: str, record: dict) -> None:
     """Keep ``record`` under ``state["pretraining_earlier"][key]`` (once, ordered by when it finished)."""
-    earlier = earlier_pretrainings(state, key)
-    if all(r.get("finished") != record.get("finished") for r in earlier):
-        earlier.append(record)
-    state.setdefault("pretraining_earlier", {})[key] = sorted(earlier, key=lambda r: r.get("finished") or "")
+    state.setdefault("pretraining_earlier", {})[key] = _kept_once(earlier_pretrainings(state, key), record)
 
 
 def archive_run(state: dict, system: str, seed: str, record: dict) -> None:
     """Keep a replaced run ``record`` under ``state["runs_earlier"][system][seed]`` (once, oldest first). A seed runs
     again when a cascade needs its model and the folder was lost with a machine (``rerun_reason``), or with
     ``--rerun``; the table reads the latest run and says how the first one compares (:func:`first_runs`)."""
-    earlier = state.setdefault("runs_earlier", {}).setdefault(system, {}).setdefault(str(seed), [])
+    by_seed = state.setdefault("runs_earlier", {}).setdefault(system, {})
+    by_seed[str(seed)] = _kept_once(by_seed.get(str(seed), []), record)
+
+
+def _kept_once(earlier: list[dict], record: dict) -> list[dict]:
+    """``earlier`` with ``record`` added unless a record of the same finish time is there, oldest first."""
     if all(r.get("finished") != record.get("finished") for r in earlier):
-        earlier.append(record)
-        earlier.sort(key=lambda r: r.get("finished") or "")
+        earlier = [*earlier, record]
+    return sorted(earlier, key=lambda r: r.get("finished") or "")
 
 
 def _outdated(partial: dict, record: dict | None) -> bool:
@@ -679,6 +681,13 @@ class Harness:
     def seeds_needed(self) -> int:
         return _seeds_needed(self.cfg)
 
+    def compare(self, runs_a: dict, runs_b: dict, metric: str) -> dict | None:
+        """a - b on every metric; with the seeds a verdict needs, ``metric``'s interval pooled over 20 bootstraps."""
+        found = stats.compare(runs_a, runs_b, self.table.metrics, self.cfg.bootstrap, 0)
+        if found and len(found["seeds"]) >= self.seeds_needed:
+            found[metric]["stable"] = stats.stable_interval(runs_a, runs_b, metric, self.cfg.bootstrap)
+        return found
+
     def summarize(self) -> dict:
         table, metrics = self.table, self.table.metrics
         systems = {}
@@ -705,10 +714,8 @@ class Harness:
         for comparison in table.comparisons:
             a, b = table.system(comparison.a), table.system(comparison.b)
             runs_a, runs_b = preregistered(self.current_runs(a)), preregistered(self.current_runs(b))
-            found = stats.compare(runs_a, runs_b, metrics, self.cfg.bootstrap, 0)
             metric = comparison.metric or metrics[0]
-            if found and len(found["seeds"]) >= self.seeds_needed:
-                found[metric]["stable"] = stats.stable_interval(runs_a, runs_b, metric, self.cfg.bootstrap)
+            found = self.compare(runs_a, runs_b, metric)
             entry = {"claim": comparison.claim, "ours": found,
                      "paper": tables.paper_differences(table, comparison.a, comparison.b, metrics)}  # fmt: skip
             direction = tables.PAPER_DIRECTIONS.get((comparison.a, comparison.b))
@@ -716,20 +723,14 @@ class Harness:
                 entry["paper_direction"] = direction[0]
             if found:
                 entry["same_sign_as_paper"] = _same_sign(entry, found, metrics)
-            entry["verdict_metric"] = comparison.metric or metrics[0]
-            entry["verdict"] = stats.verdict(
-                found, entry["verdict_metric"], _paper_sign(entry, entry["verdict_metric"]), self.seeds_needed
-            )
+            entry["verdict_metric"] = metric
+            sign = _paper_sign(entry, metric)
+            entry["verdict"] = stats.verdict(found, metric, sign, self.seeds_needed)
             firsts = {system.name: self.first_runs(system) for system in (a, b)}
             if found and any(firsts.values()) and not (a.cascade_of or b.cascade_of):
                 # The same comparison on the seeds' first runs (a cascade re-ranks the rerun's scores: not for it)
-                first_a, first_b = {**runs_a, **firsts[a.name]}, {**runs_b, **firsts[b.name]}
-                alternative = stats.compare(first_a, first_b, metrics, self.cfg.bootstrap, 0)
-                if len(alternative["seeds"]) >= self.seeds_needed:
-                    alternative[metric]["stable"] = stats.stable_interval(first_a, first_b, metric, self.cfg.bootstrap)
-                entry["verdict_first_runs"] = stats.verdict(
-                    alternative, entry["verdict_metric"], _paper_sign(entry, entry["verdict_metric"]), self.seeds_needed
-                )
+                alternative = self.compare({**runs_a, **firsts[a.name]}, {**runs_b, **firsts[b.name]}, metric)
+                entry["verdict_first_runs"] = stats.verdict(alternative, metric, sign, self.seeds_needed)
             comparisons[f"{comparison.a} - {comparison.b}"] = entry
         return {"systems": systems, "comparisons": comparisons}
 
