@@ -328,6 +328,10 @@ JOINT = Table(
             "raises P@1 over the pairwise model, as 004's cascade does",
             "p@1",
         ),  # fmt: skip
+        # Each MSPP cascade against the same cascade whose joint model had no continued pre-training: what MSPP adds
+        # to the cascade (same attention, same pairwise model and top k)
+        Comparison("cascade_mspp_own_slot", "cascade_own_slot", "as2hub: MSPP raises the own_slot cascade", "p@1"),
+        Comparison("cascade", "cascade_no_mspp", "as2hub: MSPP raises the cascade with the paper's attention", "p@1"),
     ),
     metrics=AS2_METRICS,
     data="as2",

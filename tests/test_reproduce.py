@@ -493,6 +493,11 @@ def test_every_structure_objective_has_its_mlm_only_control_with_the_same_budget
     joint = reproduce_tables.TABLES["joint"]
     assert joint.pretraining("mlm_mspp").joint and joint.pretraining("mspp_own_slot").attention == "own_slot"
     assert any(c.a == "mspp_own_slot" and c.b == "joint_mlm" for c in joint.comparisons)
+    # each MSPP cascade against the same cascade without continued pre-training: only the pre-training differs
+    for with_mspp, without in (("cascade_mspp_own_slot", "cascade_own_slot"), ("cascade", "cascade_no_mspp")):
+        assert any(c.a == with_mspp and c.b == without and c.metric == "p@1" for c in joint.comparisons)
+        a, b = joint.system(with_mspp), joint.system(without)
+        assert a.pretrain and not b.pretrain and (a.attention, a.cascade_of) == (b.attention, b.cascade_of)
     learn = reproduce_tables.SCALES["cpu_learn"]
     ssp_tokens = learn["pretrain_steps"] * learn["pretrain_batch_size"] * learn["pretrain_max_length"]
     mspp_tokens = learn["mspp_steps"] * learn["mspp_batch_size"] * 6 * 64  # the question slot and k = 5, L = 64
