@@ -707,7 +707,7 @@ class Harness:
             first = self.first_runs(system)
             if first:  # seeds run again: both runs' test metrics, the reason
                 summary["reruns"] = {seed: {"first": _test_of(record, metrics), "again": _test_of(current[seed], metrics),
-                                            "reason": current[seed].get("rerun_reason") or "--rerun"}
+                                            "reason": _rerun_reason(record, current[seed])}
                                      for seed, record in first.items()}  # fmt: skip
             systems[system.name] = summary
         comparisons = {}
@@ -733,6 +733,16 @@ class Harness:
                 entry["verdict_first_runs"] = stats.verdict(alternative, metric, sign, self.seeds_needed)
             comparisons[f"{comparison.a} - {comparison.b}"] = entry
         return {"systems": systems, "comparisons": comparisons}
+
+
+def _rerun_reason(first: dict, again: dict) -> str:
+    """Why a seed ran again: the reason the run recorded, else a run from other base weights (an invocation that did
+    not count the first run's weights, e.g. a cascade that needed its pairwise model), else ``--rerun``."""
+    if again.get("rerun_reason"):
+        return again["rerun_reason"]
+    if weights_of(first) != weights_of(again):
+        return f"a run from other base weights ({weights_of(again)[:8]}; the first from {weights_of(first)[:8]})"
+    return "--rerun"
 
 
 def _test_of(record: dict, metrics) -> dict:

@@ -856,3 +856,13 @@ def test_mspp_group_trains_unpadded_and_the_finished_groups_keep_their_keys(tmp_
         argv = reproduce_runs.pretrain_argv(cfg, pretraining, "corpus.jsonl", tmp_path, None)
         assert argv[argv.index("--unpadded") + 1] == "false", name
         assert "unpadded" not in reproduce.pretrain_settings(cfg, pretraining)  # the key their seeds ran under
+
+
+def test_a_seed_run_again_from_other_weights_says_so_instead_of_rerun():
+    # Pairwise seed 46 ran on a GPU from the fp16-rounded weights; a CPU cascade, which does not count those weights,
+    # trained the seed again from the exact ones: the merged table must not call that a --rerun.
+    gpu = {"model_weights": "554d22e4" + "0" * 56}
+    cpu = {"model_weights": "53aa5117" + "0" * 56}
+    assert reproduce._rerun_reason(gpu, cpu) == "a run from other base weights (53aa5117; the first from 554d22e4)"
+    assert reproduce._rerun_reason(gpu, {**cpu, "rerun_reason": "lost"}) == "lost"
+    assert reproduce._rerun_reason(cpu, dict(cpu)) == "--rerun"
