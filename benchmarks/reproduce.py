@@ -392,8 +392,9 @@ def archive_pretraining(state: dict, key: str, record: dict) -> None:
 
 def archive_run(state: dict, system: str, seed: str, record: dict) -> None:
     """Keep a replaced run ``record`` under ``state["runs_earlier"][system][seed]`` (once, oldest first). A seed runs
-    again when a cascade needs its model and the folder was lost with a machine (``rerun_reason``), or with
-    ``--rerun``; the table reads the latest run and says how the first one compares (:func:`first_runs`)."""
+    again when a cascade needs its model and the folder was lost with a machine (``rerun_reason``), when an invocation
+    that did not count the first run's base weights ran it, or with ``--rerun`` (:func:`_rerun_reason` names which);
+    the table reads the latest run and says how the first one compares (:func:`first_runs`)."""
     by_seed = state.setdefault("runs_earlier", {}).setdefault(system, {})
     by_seed[str(seed)] = _kept_once(by_seed.get(str(seed), []), record)
 
