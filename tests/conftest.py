@@ -10,6 +10,7 @@ from tokenizers import Tokenizer
 from transformers import PreTrainedTokenizerFast
 
 from as2hub.data_collators.collators.tokenizer_training import BERT_SPECIALS, ROBERTA_SPECIALS
+from as2hub.training.trainers import allow_data_dependent_shapes
 
 # The test tokenizers, written once by ``train_tokenizer(list(pydoc_data.topics.topics.values())[:40], style,
 # vocab_size=600)`` (tokenizers 0.23.3) and frozen here. Not trained per run: the WordPiece trainer breaks ties in a
@@ -91,6 +92,20 @@ LONGEST_FIRST = (
     "test_publish_families.py",
     "test_two_gloo_processes_split_the_stream_and_only_rank_0_writes",
 )
+
+
+@pytest.fixture
+def data_dependent_shapes():
+    """The dynamo settings ``SSPTrainer`` sets for ``--torch_compile``, for this test only (the compiled pre-training
+    tests and the GPU lane's varlen tests)."""
+    names = ("capture_dynamic_output_shape_ops", "capture_scalar_outputs")
+    saved = {name: getattr(torch._dynamo.config, name) for name in names}
+    torch._dynamo.reset()
+    allow_data_dependent_shapes()
+    yield
+    for name, value in saved.items():
+        setattr(torch._dynamo.config, name, value)
+    torch._dynamo.reset()
 
 
 def has_module_fixture(module) -> bool:

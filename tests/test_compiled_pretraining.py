@@ -14,26 +14,12 @@ import torch
 from test_ssp_models import tiny
 from test_unpadded import GRADIENT_CLOSE, joint_batch, joint_model, run, ssp_batch
 from torch._dynamo.testing import CompileCounterWithBackend
+from varlen_stand_ins import varlen_backward_stand_in, varlen_forward_stand_in
 
 from as2hub.data_collators import generate_examples, load_documents, resolve_objective
 from as2hub.modeling.ssp_pretraining import BertForSSPPretraining, ElectraForSSPPretraining, RobertaForSSPPretraining
 from as2hub.run_scripts import run_pretrain
 from as2hub.training.pretraining_data import pretraining_collator
-from as2hub.training.trainers import allow_data_dependent_shapes
-
-
-@pytest.fixture
-def data_dependent_shapes():
-    """The dynamo settings ``SSPTrainer`` sets for ``--torch_compile``, for this test only."""
-    names = ("capture_dynamic_output_shape_ops", "capture_scalar_outputs")
-    saved = {name: getattr(torch._dynamo.config, name) for name in names}
-    torch._dynamo.reset()
-    allow_data_dependent_shapes()
-    yield
-    for name, value in saved.items():
-        setattr(torch._dynamo.config, name, value)
-    torch._dynamo.reset()
-
 
 SSP_CASES = {
     "roberta-unpadded": (RobertaForSSPPretraining, True),
@@ -122,56 +108,6 @@ def test_run_pretrain_with_torch_compile_has_no_graph_break(tmp_path):
         torch._dynamo.config.capture_dynamic_output_shape_ops = False
         torch._dynamo.config.capture_scalar_outputs = False
         torch._dynamo.reset()
-
-
-# CPU stand-ins of ATen's variable-length flash-attention kernels (CUDA only), with their outputs' shapes: each
-# sequence's attention and log-sum-exp, and the flash backward's formula (no dropout). Opaque operators, as the
-# ATen ones are to dynamo.
-@torch.library.custom_op("as2hub_test::varlen_forward", mutates_args=())
-def varlen_forward_stand_in(
-    query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, cu_seqlens: torch.Tensor, scale: float
-) -> tuple[torch.Tensor, torch.Tensor]:
-    outputs, logsumexps = [], []
-    starts = cu_seqlens.tolist()
-    for start, end in zip(starts, starts[1:]):
-        q, k, v = (t[start:end].transpose(0, 1).float() for t in (query, key, value))  # (heads, tokens, size)
-        scores = q @ k.transpose(1, 2) * scale
-        outputs.append((scores.softmax(-1) @ v).transpose(0, 1).to(query.dtype))
-        logsumexps.append(scores.logsumexp(-1))
-    return torch.cat(outputs), torch.cat(logsumexps, 1)
-
-
-@varlen_forward_stand_in.register_fake
-def _(query, key, value, cu_seqlens, scale):
-    return torch.empty_like(query), query.new_empty(query.shape[1], query.shape[0], dtype=torch.float32)
-
-
-@torch.library.custom_op("as2hub_test::varlen_backward", mutates_args=())
-def varlen_backward_stand_in(
-    grad: torch.Tensor,
-    query: torch.Tensor,
-    key: torch.Tensor,
-    value: torch.Tensor,
-    logsumexp: torch.Tensor,
-    cu_seqlens: torch.Tensor,
-    scale: float,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    grads = ([], [], [])
-    starts = cu_seqlens.tolist()
-    for start, end in zip(starts, starts[1:]):
-        q, k, v, g = (t[start:end].transpose(0, 1).float() for t in (query, key, value, grad))
-        weights = torch.exp(q @ k.transpose(1, 2) * scale - logsumexp[:, start:end, None])
-        output = weights @ v
-        scores_grad = weights * (g @ v.transpose(1, 2) - (g * output).sum(-1, keepdim=True))
-        for into, part in zip(grads, (scores_grad @ k * scale, scores_grad.transpose(1, 2) @ q * scale,
-                                      weights.transpose(1, 2) @ g)):  # fmt: skip
-            into.append(part.transpose(0, 1))
-    return tuple(torch.cat(parts).to(query.dtype) for parts in grads)
-
-
-@varlen_backward_stand_in.register_fake
-def _(grad, query, key, value, logsumexp, cu_seqlens, scale):
-    return torch.empty_like(query), torch.empty_like(key), torch.empty_like(value)
 
 
 def test_the_varlen_autograd_function_traces_as_one_graph_and_keeps_the_gradients(data_dependent_shapes, monkeypatch):

@@ -27,7 +27,6 @@ from pathlib import Path
 import pytest
 import torch
 from helpers import BACKBONES, BLOCK_AS2HUB
-from test_compiled_pretraining import data_dependent_shapes  # noqa: F401 (a fixture of the varlen tests)
 from test_longformer_qe import hand_batch
 from test_longformer_qe import tiny_model as tiny_longformer
 from test_run_as2 import as2_rows, write_jsonl

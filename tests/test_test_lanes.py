@@ -106,3 +106,16 @@ def test_a_group_runs_whole_on_one_worker(tmp_path):
     workers = set(re.findall(r"\[(gw\d)\].*PASSED test_grouped\.py", result.stdout))
     assert len(re.findall(r"PASSED test_grouped\.py", result.stdout)) == 6
     assert len(workers) == 1, result.stdout[-3000:]
+
+
+def test_no_test_module_registers_a_torch_library_operator():
+    """A test module that another imports runs twice in one pytest process (``tests.test_x`` by pytest's importlib
+    mode, ``test_x`` by the import), and a ``torch.library`` operator defined twice frees the first definition's
+    dispatcher handle: the first module's tests then crash, or fail with ``MemoryError: std::bad_alloc``, depending on
+    the order in which a worker ran them (``test_compiled_pretraining``'s varlen stand-ins, 2026-12-01). Operators
+    live in helpers that every module imports under one name (``varlen_stand_ins.py``)."""
+    registering = re.compile(r"torch\.library\.|@custom_op|\bLibrary\(")
+    modules = [path for path in sorted(TESTS.glob("test_*.py")) if path.name != "test_test_lanes.py"]  # not this one
+    offenders = [path.name for path in modules if registering.search(path.read_text())]
+    assert offenders == []
+    assert registering.search((TESTS / "varlen_stand_ins.py").read_text())  # the pattern finds what it looks for
