@@ -24,7 +24,8 @@ demo: $(BIN)/python
 # so that the ONNX Runtime tests run, the serve extra (Ray Serve, Ray Data) so that the service and batch-scoring tests run;
 # two pytest-xdist workers (2 CPUs in CI; tests/conftest.py keeps each module with a module fixture, and the Ray
 # tests, on one worker, and hands out the longest units first: --no-loadscope-reorder keeps that order).
-# The long lane (a default run trained for minutes to show that it learns) is left out and named at the end of the
+# The long lane (a default run trained for minutes to show that it learns; inductor building every graph of an int8
+# cascade ranker) is left out and named at the end of the
 # output, so that CI stays under 15 minutes; `make test-long` runs it (on one core, or in seconds on a GPU).
 test: $(BIN)/python
 	$(BIN)/pip install --quiet --no-compile "$(TORCH)" ".[test,onnx,serve]"

@@ -154,5 +154,6 @@ def pytest_terminal_summary(terminalreporter, config):
     for nodeid in long_lane():
         terminalreporter.write_line(nodeid)
     terminalreporter.write_line(
-        "`make test-long` (or `pytest -m long`) runs them: about 12 minutes on one core (AVX2 EPYC), seconds on a GPU"
+        "`make test-long` (or `pytest -m long`) runs them: about 15 minutes on one core (AVX2 EPYC), the learning "
+        "checks in seconds on a GPU"
     )
