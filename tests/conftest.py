@@ -10,7 +10,6 @@ from tokenizers import Tokenizer
 from transformers import PreTrainedTokenizerFast
 
 from as2hub.data_collators.collators.tokenizer_training import BERT_SPECIALS, ROBERTA_SPECIALS
-from as2hub.training.trainers import allow_data_dependent_shapes
 
 # The test tokenizers, written once by ``train_tokenizer(list(pydoc_data.topics.topics.values())[:40], style,
 # vocab_size=600)`` (tokenizers 0.23.3) and frozen here. Not trained per run: the WordPiece trainer breaks ties in a
@@ -98,6 +97,8 @@ LONGEST_FIRST = (
 def data_dependent_shapes():
     """The dynamo settings ``SSPTrainer`` sets for ``--torch_compile``, for this test only (the compiled pre-training
     tests and the GPU lane's varlen tests)."""
+    from as2hub.training.trainers import allow_data_dependent_shapes  # here: every pytest process loads this file
+
     names = ("capture_dynamic_output_shape_ops", "capture_scalar_outputs")
     saved = {name: getattr(torch._dynamo.config, name) for name in names}
     torch._dynamo.reset()

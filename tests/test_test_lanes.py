@@ -1,4 +1,4 @@
-"""The suite's lanes: ``make test`` (what CI runs, under 15 minutes on 2 cores) leaves out the long lane and names
+"""The suite's lanes: ``make test`` (what CI runs; its goal: 15 minutes on 2 cores) leaves out the long lane and names
 it at the end of its output; ``make test-long`` runs it. Nothing is left out silently. And ``make test``'s two workers
 keep each group (a module with a module-scoped fixture, the Ray modules) on one worker, so that no fixture is built
 twice."""
