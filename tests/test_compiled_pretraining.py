@@ -111,7 +111,7 @@ def test_run_pretrain_with_torch_compile_has_no_graph_break(tmp_path):
 
 
 def test_the_varlen_autograd_function_traces_as_one_graph_and_keeps_the_gradients(data_dependent_shapes, monkeypatch):
-    """The flash varlen layout's ``autograd.Function`` (its ATen kernels replaced by the CPU stand-ins above): an
+    """The flash varlen layout's ``autograd.Function`` (its ATen kernels replaced by the CPU stand-ins of ``varlen_stand_ins.py``): an
     unpadded RoBERTa step through it equals the padded step, dynamo traces the forward as one graph with the batch's
     token count read from the data, and compiled (AOT autograd, ``aot_eager``) it gives the eager losses and
     gradients: what the GPU lane's tests check with the real kernels, minus the kernels."""

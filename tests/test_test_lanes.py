@@ -110,11 +110,9 @@ def test_a_group_runs_whole_on_one_worker(tmp_path):
 
 
 def test_no_test_module_registers_a_torch_library_operator():
-    """A test module that another imports runs twice in one pytest process (``tests.test_x`` by pytest's importlib
-    mode, ``test_x`` by the import), and a ``torch.library`` operator defined twice frees the first definition's
-    dispatcher handle: the first module's tests then crash, or fail with ``MemoryError: std::bad_alloc``, depending on
-    the order in which a worker ran them (``test_compiled_pretraining``'s varlen stand-ins, 2026-12-01). Operators
-    live in helpers that every module imports under one name (``varlen_stand_ins.py``)."""
+    """Operators live in helpers imported under one name: a ``test_*.py`` module that another imports runs twice in a
+    pytest process, and an operator defined twice frees its first definition (``varlen_stand_ins.py`` says how that
+    failed, 2026-12-01)."""
     registering = re.compile(r"torch\.library\.|@custom_op|\bLibrary\(")
     modules = [path for path in sorted(TESTS.glob("test_*.py")) if path.name != "test_test_lanes.py"]  # not this one
     offenders = [path.name for path in modules if registering.search(path.read_text())]

@@ -1,4 +1,6 @@
-"""CPU stand-ins of ATen's variable-length flash-attention kernels (CUDA only), for the varlen layout's CPU tests.
+"""CPU stand-ins of ATen's variable-length flash-attention kernels (CUDA only), for the varlen layout's CPU tests:
+each sequence's attention and log-sum-exp with the kernels' output shapes, and the flash backward's formula (no
+dropout). Opaque operators, as the ATen ones are to dynamo.
 
 They are ``torch.library`` operators, so they live here, in a helper that every test module imports under one name.
 A test module is imported twice in a pytest run when another test module imports it too (pytest's importlib mode
@@ -12,9 +14,6 @@ an xdist worker ran its tests (seen on 2026-12-01, AMD EPYC, AVX2). ``test_test_
 import torch
 
 
-# CPU stand-ins of ATen's variable-length flash-attention kernels (CUDA only), with their outputs' shapes: each
-# sequence's attention and log-sum-exp, and the flash backward's formula (no dropout). Opaque operators, as the
-# ATen ones are to dynamo.
 @torch.library.custom_op("as2hub_test::varlen_forward", mutates_args=())
 def varlen_forward_stand_in(
     query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, cu_seqlens: torch.Tensor, scale: float
