@@ -25,6 +25,10 @@ Systems:
 
 Before timing, the losses of every system on one batch (dropout off) are checked against the padded pass's.
 
+``--evaluation`` times the held-out evaluation instead (``SSPTrainer``'s ``prediction_step``): a no-grad forward of
+the model in eval mode, the stock padded pass beside the unpadded one asked for with ``unpadded=True`` (what the
+trainer asks for when the config has the flag); only ``padded`` and the ``unpadded_*`` systems apply.
+
 ``--objective mspp`` times the joint model's MSPP pre-training instead (issue 52's CPU figure for MSPP's slots):
 ``BertForJointPretraining`` from all-MiniLM-L6-v2 (``AE_k`` head, k = 5 candidate slots of 64 tokens after the
 question's: 384 positions, ``--first_token_attention`` own_slot or all), MSPP groups of the same corpus collated by
@@ -39,6 +43,8 @@ Usage::
         --systems padded,unpadded_per_example,packed --results /tmp/unpadded_smoke.json    # smoke
     python benchmarks/bench_unpadded_pretrain.py --objective mspp --batch_size 8 \\
         --systems padded,unpadded_per_example,unpadded_padded_attention --results benchmarks/results/unpadded_mspp_own_slot_cpu.json
+    python benchmarks/bench_unpadded_pretrain.py --evaluation --batch_size 32 --steps 12 --warmup 2 \\
+        --systems padded,unpadded_per_example,unpadded_padded_attention --results benchmarks/results/unpadded_eval_cpu.json
 
 Writes ``benchmarks/results/unpadded_pretrain_cpu.json``.
 """
@@ -84,6 +90,9 @@ def parse_args(argv=None):
     parser.add_argument("--warmup", type=int, default=2, help="untimed steps first (a compiled system compiles)")
     parser.add_argument("--threads", type=int, default=1, help="torch threads (cpu_learn runs use 1)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--evaluation", action="store_true", help="time no-grad evaluation forwards (the trainer's) instead of steps"
+    )
     parser.add_argument("--results", default=str(RESULTS_DIR / "unpadded_pretrain_cpu.json"))
     args = parser.parse_args(argv)
     args.systems = [name.strip() for name in args.systems.split(",") if name.strip()]
@@ -92,6 +101,8 @@ def parse_args(argv=None):
         parser.error(f"--systems: unknown {sorted(unknown)}, use {list(SYSTEMS)}")
     if "padded" not in args.systems:
         parser.error("--systems must include padded (the reference of every ratio and of the loss check)")
+    if args.evaluation and set(args.systems) - {"padded", "unpadded_per_example", "unpadded_padded_attention"}:
+        parser.error("--evaluation: only padded, unpadded_per_example and unpadded_padded_attention apply")
     if args.objective == "mspp":
         if "packed" in args.systems:
             parser.error("--systems: packed does not apply to --objective mspp (the slot layout is fixed)")
@@ -227,12 +238,13 @@ def packed_loss(model, packed: dict) -> torch.Tensor:
 
 
 class System:
-    """One model copy, its optimizer and its batches; ``step()`` trains on the next batch and returns its real
-    tokens."""
+    """One model copy, its optimizer and its batches; ``step()`` trains on the next batch (``evaluation``: scores it,
+    as the trainer's held-out evaluation does) and returns the time it took."""
 
-    def __init__(self, name: str, model, batches: list[dict], pad_token_id: int, seq: int):
+    def __init__(self, name: str, model, batches: list[dict], pad_token_id: int, seq: int, evaluation: bool = False):
         self.name = name
-        self.model = model.train()
+        self.evaluation = evaluation
+        self.model = model.eval() if evaluation else model.train()
         self.optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=0.01)
         self.forward = model
         if name.endswith("_compiled"):
@@ -254,12 +266,18 @@ class System:
         layouts = {"unpadded_per_example": "per_example", "unpadded_padded_attention": "padded"}
         unpadding.ATTENTION_LAYOUT = layouts.get(self.name, "auto")
         keys = ("input_ids", "attention_mask", "token_type_ids", "labels", "sentence_labels")
-        return self.forward(**{key: batch[key] for key in keys if key in batch}).loss
+        asked = {"unpadded": True} if self.evaluation and self.name.startswith("unpadded") else {}
+        return self.forward(**{key: batch[key] for key in keys if key in batch}, **asked).loss
 
     def step(self) -> float:
         batch = self.batches[self.index % len(self.batches)]
         self.index += 1
         begin = time.perf_counter()
+        if self.evaluation:
+            with torch.no_grad():
+                self.loss(batch)
+            self.last_optimizer_s = 0.0
+            return time.perf_counter() - begin
         loss = self.loss(batch)
         loss.backward()
         middle = time.perf_counter()
@@ -295,7 +313,8 @@ def restore_dropout(model, saved: dict) -> None:
 
 
 def check_losses(systems: dict[str, System]) -> dict:
-    """Training-mode losses (dropout off) of every system on its first batch, against the padded pass's."""
+    """Training-mode losses (dropout off; evaluation: the eval-mode losses) of every system on its first batch, against
+    the padded pass's."""
     out = {}
     for name, system in systems.items():
         saved, forward = set_dropout(system.model, 0.0), system.forward
@@ -320,7 +339,7 @@ def run_length(seq: int, base_model, tokenizer, examples, args) -> dict:
         model = copy.deepcopy(base_model)
         model.config.unpadded = name.startswith("unpadded")
         batches = fixed_batches if name.endswith("_compiled") else eager_batches
-        systems[name] = System(name, model, batches, tokenizer.pad_token_id, seq)
+        systems[name] = System(name, model, batches, tokenizer.pad_token_id, seq, args.evaluation)
     check = check_losses(systems)
     logger.info("seq %d: loss check %s", seq, check)
     loads = []
@@ -412,6 +431,7 @@ def main(argv=None) -> dict:
         )
     report = {
         "benchmark": "unpadded_pretrain_cpu",
+        "mode": "evaluation (no-grad eval-mode forwards)" if args.evaluation else "training steps",
         "date": now_iso(),
         "machine": machine_info(),
         "lscpu": lscpu(),
@@ -442,10 +462,12 @@ def main(argv=None) -> dict:
     print(
         f"\n{report['lscpu'].get('Model name', 'CPU')}, {args.threads} threads, load average "
         f"{report['machine']['load_average_at_start'][0]:.1f} -> {report['load_average_at_end'][0]:.1f}; "
-        f"batch {args.batch_size}, median of {args.steps} steps after {args.warmup}"
+        f"batch {args.batch_size}, median of {args.steps} {'evaluation forwards' if args.evaluation else 'steps'} "
+        f"after {args.warmup}"
     )
+    timed = "forward" if args.evaluation else "fwd+bwd"
     print(format_table(["seq", "system", "dense-layer padding", "ms/step", "real tokens/s", "vs padded",
-                        "fwd+bwd vs padded", "first step s"], rows))  # fmt: skip
+                        f"{timed} vs padded", "first step s"], rows))  # fmt: skip
     print(f"wrote {args.results}")
     return report
 

@@ -245,7 +245,10 @@ def test_a_run_logs_each_fact_once_and_evaluates_its_last_step_once(tmp_path, ca
     assert results["eval"]["eval_mlm_loss"] == evaluations[0]["eval_mlm_loss"]
 
 
-def test_a_held_out_evaluation_gives_the_same_figures_twice_for_the_same_weights(tmp_path):
+def test_a_held_out_evaluation_gives_the_same_figures_twice_for_the_same_weights(tmp_path, monkeypatch):
+    """... and on the unpadded pass (the folder's flag, on by default on the CPU) the stock pass's figures."""
+    import sys
+
     from transformers import AutoModelForPreTraining, AutoTokenizer, TrainingArguments
 
     from as2hub.data_collators import PretrainingCollator, resolve_objective
@@ -264,7 +267,12 @@ def test_a_held_out_evaluation_gives_the_same_figures_twice_for_the_same_weights
         str(tmp_path / "eval"), per_device_eval_batch_size=8, report_to="none", seed=7, remove_unused_columns=False
     )
     trainer = SSPTrainer(model=model, args=args, data_collator=collator, eval_dataset=dataset)
+    module = sys.modules[type(model).__module__]
+    calls, encode = [], module.unpadded_encode
+    monkeypatch.setattr(module, "unpadded_encode", lambda *args, **kwargs: calls.append(1) or encode(*args, **kwargs))
+    assert model.config.unpadded is True
     first = trainer.evaluate()
+    assert len(calls) == -(-len(dataset) // 8)  # every batch on the unpadded pass
     torch.rand(1000)  # whatever ran in between
     again = trainer.evaluate(eval_dataset=dataset)  # a dataset given: computed again, not the cached figures
     keys = ("eval_mlm_loss", "eval_cls_auc", "eval_cls_loss", "eval_loss")
@@ -273,6 +281,10 @@ def test_a_held_out_evaluation_gives_the_same_figures_twice_for_the_same_weights
     trainer.args.seed = 8
     other = trainer.evaluate(eval_dataset=dataset)
     assert other["eval_mlm_loss"] != first["eval_mlm_loss"]
+    trainer.args.seed, model.config.unpadded = 7, False  # the stock pass, the same masks
+    stock = trainer.evaluate(eval_dataset=dataset)
+    assert {k: stock[k] for k in keys} == pytest.approx({k: first[k] for k in keys}, rel=1e-5, abs=1e-6)
+    assert len(calls) == 3 * -(-len(dataset) // 8)  # not one more
 
 
 def test_help_lists_as2hubs_flags_before_the_trainers(capsys):

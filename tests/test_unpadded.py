@@ -1,6 +1,7 @@
 """The unpadded pre-training pass (``config.unpadded``, ``unpadding.py``): the same weights give the same losses,
 per-token outputs and gradients as the padded pass, for every SSP family and for MSPP's slots in the joint model;
-evaluation keeps the padded pass; a folder saved with the flag loads without as2hub and computes what it did.
+evaluation keeps the padded pass unless a forward asks for the unpadded one (``unpadded=True``, the pre-training
+trainer's held-out evaluation), which gives the same outputs; a folder saved with the flag loads without as2hub and computes what it did.
 
 Tolerance (fp32): losses, logits and hidden states within 1e-6 absolute + 1e-5 relative, gradients within 1e-5
 absolute + 1e-4 relative. Measured on the project's CPU machine (AMD EPYC, AVX2, torch 2.13, transformers 5.24) over
@@ -410,6 +411,44 @@ def test_evaluation_and_layer_outputs_keep_the_padded_pass(monkeypatch):
         model(**batch)
 
 
+EVAL_KEYS = ["loss", "mlm_loss", "cls_loss", "cls_logits", "mlm_logits"]
+EVAL_CASES = [*SSP, "joint-bert-own_slot", "joint-roberta-all"]
+
+
+@pytest.mark.parametrize("case", EVAL_CASES, ids=lambda c: getattr(c, "__name__", c))
+def test_an_evaluation_forward_asked_for_the_unpadded_pass_gives_the_stock_outputs(case, monkeypatch):
+    """``model.eval()(**batch, unpadded=True)`` (the pre-training trainer's held-out evaluation with the flag) takes
+    the unpadded pass, with or without ``config.unpadded``, and gives the stock evaluation's losses and logits;
+    ``unpadded=False`` keeps a training forward on the stock pass."""
+    if isinstance(case, str):
+        _, backbone, attention = case.split("-")
+        model = joint_model(backbone, attention, unpadded=False)
+        batch = joint_batch("heavy", JOINT_BACKBONES[backbone][1])
+    else:
+        model = tiny(case, unpadded=False, return_mlm_logits=True)
+        batch = ssp_batch(case, "heavy")
+    module = sys.modules[type(model).__module__]
+    calls = []
+    encode = module.unpadded_encode
+    monkeypatch.setattr(module, "unpadded_encode", lambda *args, **kwargs: calls.append(1) or encode(*args, **kwargs))
+    with torch.no_grad():
+        torch.manual_seed(1)  # ELECTRA's generator samples
+        stock = model.eval()(**batch)
+        assert calls == []
+        torch.manual_seed(1)
+        unpadded = model(**batch, unpadded=True)
+        assert len(calls) == (2 if case is ElectraForSSPPretraining else 1)  # ELECTRA: the generator too
+        model.config.unpadded = True
+        model.train()(**batch, unpadded=False)
+        assert len(calls) == (2 if case is ElectraForSSPPretraining else 1)
+    real = batch["attention_mask"].bool()
+    for key in EVAL_KEYS:
+        expected, actual = stock[key], unpadded[key]
+        if expected.dim() >= 2 and expected.shape[:2] == real.shape:  # per token
+            expected, actual = expected[real], actual[real]
+        torch.testing.assert_close(actual, expected, **CLOSE, msg=key)
+
+
 def test_gradient_checkpointing_gives_the_same_gradients():
     padded, unpadded = twins(lambda flag: tiny(BertForSSPPretraining, unpadded=flag))
     unpadded.gradient_checkpointing_enable()
@@ -518,3 +557,12 @@ def test_the_cpu_benchmark_times_mspp_slots_padded_and_unpadded(tmp_path):
     assert systems["padded"]["speedup_vs_padded"] == 1.0
     with pytest.raises(SystemExit):
         bench.parse_args(["--objective", "mspp", "--systems", "padded,packed"])
+    # --evaluation: the trainer's no-grad forwards, the unpadded pass asked for with unpadded=True, the same losses
+    report = bench.main(["--evaluation", "--seq_lengths", "64", "--batch_size", "4", "--batches", "1", "--steps", "1",
+                         "--warmup", "0", "--systems", "padded,unpadded_padded_attention",
+                         "--results", str(tmp_path / "eval.json")])  # fmt: skip
+    (length,) = report["lengths"].values()
+    assert report["mode"].startswith("evaluation") and length["loss_check_dropout_off"]["max_abs_difference"] < 1e-4
+    assert length["systems"]["unpadded_padded_attention"]["dense_padding_fraction"] == 0
+    with pytest.raises(SystemExit):
+        bench.parse_args(["--evaluation", "--systems", "padded,packed"])

@@ -65,8 +65,11 @@ class SSPTrainer(StreamStateMixin, Trainer):
 
     def prediction_step(self, model, inputs, prediction_loss_only, ignore_keys=None):
         inputs = self._prepare_inputs(self._record_positions(inputs))
+        # The held-out figures on the unpadded pass where training takes it: the same figures, 1.6-2.1x faster on the
+        # CPU (benchmarks/README.md, "Unpadded held-out evaluation").
+        unpadded = {"unpadded": True} if getattr(self.model.config, "unpadded", False) else {}
         with torch.no_grad():
-            outputs = model(**inputs)
+            outputs = model(**inputs, **unpadded)
         self._accumulate("eval", outputs)
         labels = inputs.get("sentence_labels")
         logits = outputs.cls_logits.float()

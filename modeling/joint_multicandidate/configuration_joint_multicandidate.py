@@ -32,7 +32,8 @@ Each backbone keeps its stock config fields and adds:
   B.1); only the ``*ForJointPretraining`` models read them.
 - ``unpadded`` (bool): training forwards run the encoder's dense layers on the filled tokens only, the padding of
   every slot and the empty slots left out (``unpadding.py``); attention keeps the slot layout and its pattern. Same
-  weights, same losses as the padded pass; evaluation, export and scoring keep the padded pass. Off by default in
+  weights, same losses as the padded pass; evaluation, export and scoring keep the padded pass unless a forward
+  asks with ``unpadded=True`` (``SSPTrainer``'s held-out evaluation does when the flag is on). Off by default in
   the config; ``run_pretrain.py --objective mspp`` turns it on (``--unpadded false`` keeps the padded pass).
 
 ``*_k`` heads have one logit per candidate labelled ``"correct"`` (binary cross-entropy); ``*_1`` heads keep the

@@ -413,6 +413,7 @@ class JointPretrainingForward:
         labels: MLM targets ``(batch, (k+1)·L)``, -100 where no prediction is made.
         sentence_labels: ``(batch, k)``, 1 where candidate i comes from the paragraph of slot 0's sentence, 0
             otherwise, -100 for empty slots (or the MLM-only ablation).
+        unpadded: True runs the dense layers on the real tokens only in evaluation too (``unpadding.wants_unpadded``).
         """
         outputs, slot_embeddings, filled = self._encode(
             input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, **kwargs

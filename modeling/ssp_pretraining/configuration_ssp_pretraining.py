@@ -14,7 +14,8 @@ Each backbone keeps its stock config fields and adds:
   only runs on masked positions, which saves most of the activation memory of pre-training.
 - ``unpadded`` (bool): training forwards run the encoder's dense layers on the real tokens only, padding left out
   (``unpadding.py``; ELECTRA's generator too). The weights and the losses are those of the padded pass; evaluation,
-  export and scoring keep the padded pass. Off by default in the config; ``run_pretrain.py`` turns it on (faster on
+  export and scoring keep the padded pass unless a forward asks with ``unpadded=True`` (``SSPTrainer``'s held-out
+  evaluation does when the flag is on). Off by default in the config; ``run_pretrain.py`` turns it on (faster on
   the CPU and on an H200; ``--unpadded true|false`` chooses).
 
 The sentence-level head has a single logit labelled ``"correct"`` (binary cross-entropy), the head of the contextual

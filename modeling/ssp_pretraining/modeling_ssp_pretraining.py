@@ -68,7 +68,7 @@ class SSPPretrainingMixin(TokenTypeGrowthMixin):
         plan=None,
         **kwargs,
     ):
-        """``encoder``'s outputs: the unpadded pass (``config.unpadded``, training) or the stock one."""
+        """``encoder``'s outputs: the unpadded pass (:func:`wants_unpadded`) or the stock one."""
         if wants_unpadded(self, attention_mask, kwargs):
             return unpadded_encode(
                 encoder, input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, plan=plan
@@ -212,6 +212,7 @@ class RobertaForSSPPretraining(SSPPretrainingMixin, RobertaPreTrainedModel):
         token_type_ids: segment ids (0, 1[, 2]); inferred from the separators when omitted.
         labels: MLM targets ``(batch, length)``, -100 where no prediction is made.
         sentence_labels: ``(batch,)`` 1 for a positive pair/triplet (e.g. same paragraph), 0 otherwise.
+        unpadded: True runs the dense layers on the real tokens only in evaluation too (``unpadding.wants_unpadded``).
         """
         token_type_ids = self._token_type_ids(input_ids, token_type_ids, attention_mask)
         outputs = self._encoder_outputs(
@@ -355,16 +356,18 @@ class ElectraForSSPPretraining(SSPPretrainingMixin, ElectraPreTrainedModel):
         input_ids: the masked inputs (from PretrainingCollator); the generator fills the masked positions.
         labels: original tokens at the masked positions, -100 elsewhere. Without them there is no MLM/RTD.
         sentence_labels: ``(batch,)`` 1 for a positive pair/triplet, 0 otherwise.
+        unpadded: True runs the dense layers on the real tokens only in evaluation too (``unpadding.wants_unpadded``).
         """
         token_type_ids = self._token_type_ids(input_ids, token_type_ids, attention_mask)
         mlm_loss = mlm_logits = rtd_labels = None
         discriminator_inputs = input_ids
         # The unpadded pass: where the tokens are, found once for the generator and the discriminator.
-        plan = unpadded_batch(attention_mask) if wants_unpadded(self, attention_mask, kwargs) else None
+        unpadded = wants_unpadded(self, attention_mask, kwargs)
+        plan = unpadded_batch(attention_mask) if unpadded else None
         if labels is not None:
             labels = labels.to(input_ids.device)
             generator_hidden = self._encoder_outputs(
-                self.generator, input_ids, attention_mask, token_type_ids, position_ids, plan=plan
+                self.generator, input_ids, attention_mask, token_type_ids, position_ids, plan=plan, unpadded=unpadded
             ).last_hidden_state
             mlm_loss, mlm_logits, masked_logits = masked_lm_loss(
                 generator_hidden, labels, self._generator_head, self.config.vocab_size, self.config.return_mlm_logits
@@ -375,7 +378,14 @@ class ElectraForSSPPretraining(SSPPretrainingMixin, ElectraPreTrainedModel):
             original = torch.where(masked, labels, input_ids)
             rtd_labels = (discriminator_inputs != original).long()
         outputs = self._encoder_outputs(
-            self.electra, discriminator_inputs, attention_mask, token_type_ids, position_ids, plan=plan, **kwargs
+            self.electra,
+            discriminator_inputs,
+            attention_mask,
+            token_type_ids,
+            position_ids,
+            plan=plan,
+            unpadded=unpadded,
+            **kwargs,
         )
         hidden = outputs.last_hidden_state
         rtd_logits = self.discriminator_predictions(hidden)
