@@ -26,6 +26,7 @@ from dataclasses import dataclass
 import torch
 
 from as2hub.inference.batching import length_batches
+from as2hub.inference.options import check_drop  # its home is torch-free (the service ingress checks with it)
 from as2hub.modeling.first_token import first_token_last_layer
 from as2hub.modeling.segment_layout import pad_batch, padded_length
 
@@ -48,13 +49,6 @@ def cascade_layers(model_or_config) -> list[int]:
     it has none). The one place that asks whether a model has cascade heads."""
     config = getattr(model_or_config, "config", model_or_config)
     return list(getattr(config, "cascade_layers", None) or [])
-
-
-def check_drop(drop: float) -> None:
-    """Raise ``ValueError`` unless ``drop`` is a fraction in [0, 1): the one check of ``cascade_drop``'s range (the
-    ranker's, the service's ``--cascade_drop`` and a request's ``cascade_drop``)."""
-    if not 0.0 <= drop < 1.0:
-        raise ValueError(f"cascade_drop is the fraction of candidates dropped at each head, in [0, 1); got {drop}")
 
 
 def check_cascade(model, drop: float) -> None:

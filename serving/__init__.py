@@ -7,7 +7,9 @@
                        stopped (imports no Ray until then)
     scorer.py          RerankScorer: a loaded ranker (pairwise, contextual, joint or the cascade) scoring batches of
                        requests; Query, Ranked, raw_score
-    http.py            the FastAPI app and the Ray Serve deployment (needs the ``serve`` extra)
+    messages.py        what the service's processes exchange (Query, Ranked, Refused, raw_score): the standard library only
+    http.py            the FastAPI app and the Ray Serve deployments (needs the ``serve`` extra); the ingress process
+                       imports no torch, Transformers or models (the scoring replicas load them)
     batch_scoring.py   the batch-scoring engine and run: plan shards of JSONL / Parquet inputs, score them on Ray Data or
                        ``datasets`` workers, the run's record (``score_files``)
 

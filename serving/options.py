@@ -15,9 +15,9 @@ from dataclasses import dataclass, field, fields
 from as2hub.inference.backends import BACKEND_CHOICES
 from as2hub.modeling.errors import ArgumentError
 from as2hub.modeling.folders import QUANTIZE_CHOICES
+from as2hub.serving.messages import DEFAULT_MAX_REQUEST_BYTES
 
 DEFAULT_MAX_TEXTS = 1000
-DEFAULT_MAX_REQUEST_BYTES = 2_000_000  # text-embeddings-inference's default --payload-limit
 # Admission (run_scripts/SERVING.md, "Overload and failures", for how they were measured): requests a scoring replica
 # holds at once (its @serve.batch takes them together), and requests waiting for a free slot on any replica; past
 # both, a request is answered OVERLOAD_STATUS with Retry-After at once.

@@ -7,34 +7,16 @@
 
 import json
 import logging
-import math
 import threading
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 
 from as2hub.modeling.errors import ArgumentError
 from as2hub.modeling.registry import family_of
+from as2hub.serving.messages import RAW_SCORE_EPS, Query, Ranked, raw_score  # noqa: F401 - re-exported
 from as2hub.serving.options import ServeConfig
 
 logger = logging.getLogger("as2hub.serve")
-
-RAW_SCORE_EPS = 1e-7  # raw scores are the logit of the probability clamped to [eps, 1 - eps]: about ±16.1
-
-
-@dataclass
-class Query:
-    question: str
-    texts: list[str]
-    contexts: list[str] | None = None  # None: no request gave one (a None item of a request arrives as "")
-    cascade_drop: float | None = None  # the layer cascade's drop (None: the full model)
-
-
-@dataclass(frozen=True)
-class Ranked:
-    index: int
-    score: float
-    stage: str | None = None  # "joint" / "pairwise" for joint models, None otherwise
-    layer: int | None = None  # with a cascade_drop: the encoder layer whose head scored it (the model's depth: all)
 
 
 def is_joint_folder(path: str) -> bool:
@@ -44,12 +26,6 @@ def is_joint_folder(path: str) -> bool:
         return False
     family = family_of(json.loads(config_file.read_text()).get("model_type"))
     return family is not None and family.score == "joint"
-
-
-def raw_score(probability: float) -> float:
-    """The logit of a probability, ``log(p / (1 - p))``, clamped to stay finite (JSON has no infinity)."""
-    p = min(max(probability, RAW_SCORE_EPS), 1.0 - RAW_SCORE_EPS)
-    return math.log(p) - math.log1p(-p)
 
 
 class RerankScorer:
