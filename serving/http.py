@@ -11,8 +11,9 @@
   has then dropped the dead replica), and when that fails too the answer is 503 with ``Retry-After``; both logged.
 
 Importing this module needs the ``serve`` extra (FastAPI, Ray Serve): ``as2hub-serve`` imports it after checking. It
-imports no torch, Transformers or ranker code: the ingress replica, a process of its own, starts in 2.7 s with 181 MB
-(10.4 s and 502 MB while it imported them; AVX2 EPYC, 2026-12-02); :class:`Scorer` imports the ranker in its replica.
+imports no torch, Transformers or ranker code, so the ingress replica, a process of its own that imports it, needs
+2.7 s and 181 MB for it (10.4 s and 502 MB while it imported them; AVX2 EPYC, 2026-12-02); :class:`Scorer` imports
+the ranker in its own replica.
 A new endpoint is one method of :class:`Reranker` with its ``@api.get`` / ``@api.post`` route (and a request model
 here when it takes a body). The request-body limit is the ingress's ``ServeConfig.max_request_bytes``: the ingress is
 a process of its own, and :class:`Reranker` sets it when it starts.
