@@ -172,6 +172,12 @@ class PretrainDataArguments:
     documents_per_batch: int = field(default=16, metadata={"help": "Documents per batch (easy negatives)."})
     validation_fraction: float = field(default=0.2, metadata={"help": "Held-out documents for evaluation."})
     eval_passes: int = field(default=10, metadata={"help": "Sampling passes over the held-out documents."})
+    max_eval_samples: int | None = field(
+        default=None,
+        metadata={
+            "help": "For quicker evaluations or debugging: keep only the first held-out examples (default: all)."
+        },
+    )
     max_length: int | None = field(default=None, metadata={"help": "Default: 128 (SSP, triplets), 256 (SP, PSD)."})
     mspp_positives: int = field(default=1, metadata={"help": "MSPP: candidates from the anchor's paragraph (k+)."})
     mspp_hard_negatives: int = field(
@@ -261,7 +267,9 @@ def main(argv: list[str] | None = None) -> dict:
     train_dataset, collator, dispatching = training_examples(
         data_args, training_args, train_documents, objective, generation, collator
     )
-    eval_dataset = held_out_examples(eval_documents, objective, generation, data_args.eval_passes)
+    eval_dataset = held_out_examples(
+        eval_documents, objective, generation, data_args.eval_passes, data_args.max_eval_samples
+    )
     if eval_dataset is None:
         training_args.eval_strategy = "no"
 

@@ -316,7 +316,7 @@ def run_script_cases(tmp_path, stock_checkpoint):
     out = str(tmp_path / "out")
     few = ["--max_steps", "3", "--save_steps", "3", "--per_device_train_batch_size", "4", "--output_dir", out]
     bert = ["--model_name_or_path", str(stock_checkpoint("bert"))]
-    pretrain = ["--eval_steps", "3", "--tokenizer_vocab_size", "800", "--eval_passes", "1"]
+    pretrain = ["--eval_steps", "3", "--tokenizer_vocab_size", "800", "--eval_passes", "1", "--max_eval_samples", "64"]
     joint_shape = ["--num_candidates", str(K), "--slot_length", str(L)]
     hotpot = write(tmp_path / "hotpot.jsonl", hotpot_records())
     fv = write_jsonl(tmp_path / "fv.jsonl", FV_ROWS * 4)

@@ -190,8 +190,8 @@ def test_fact_verification_on_a_tiny_file(stock_checkpoint, tmp_path):
 
 
 QUICK_PRETRAIN = ["--max_steps", "3", "--eval_steps", "3", "--save_steps", "3", "--per_device_train_batch_size", "4",
-                  "--tokenizer_vocab_size", "800", "--eval_passes", "1", "--logging_steps", "1",
-                  "--num_candidates", str(K), "--slot_length", "24"]  # fmt: skip
+                  "--tokenizer_vocab_size", "800", "--eval_passes", "1", "--max_eval_samples", "32",
+                  "--logging_steps", "1", "--num_candidates", str(K), "--slot_length", "24"]  # fmt: skip
 
 
 @pytest.mark.slow

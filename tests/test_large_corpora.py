@@ -12,7 +12,7 @@ from as2hub.data_collators import generate_pretraining_dataset
 from as2hub.run_scripts import run_pretrain
 
 QUICK = ["--max_steps", "2", "--per_device_train_batch_size", "4", "--tokenizer_vocab_size", "400", "--eval_passes",
-         "1", "--eval_steps", "2", "--save_strategy", "no", "--documents_per_batch", "4"]  # fmt: skip
+         "1", "--max_eval_samples", "64", "--eval_steps", "2", "--save_strategy", "no", "--documents_per_batch", "4"]  # fmt: skip
 
 
 def documents(n=16):

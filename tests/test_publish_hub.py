@@ -40,7 +40,7 @@ CANDIDATES = [
 SINGLE_TEXTS = ["The interpreter reads this sentence.", "Modules are objects with names."]
 HIDDEN_VALUES = 96
 QUICK_PRETRAIN = ["--max_steps", "2", "--eval_steps", "2", "--save_steps", "2", "--per_device_train_batch_size", "8",
-                  "--eval_passes", "1", "--objective", "dslc", "--learning_rate", "0.05", "--warmup_steps", "0"]  # fmt: skip
+                  "--eval_passes", "1", "--max_eval_samples", "64", "--objective", "dslc", "--learning_rate", "0.05", "--warmup_steps", "0"]  # fmt: skip
 
 
 def fresh_env(hub, home) -> dict:

@@ -11,7 +11,7 @@ from as2hub.run_scripts import run_as2, run_pretrain
 from as2hub.run_scripts.arguments import ArgumentError
 
 QUICK = ["--max_steps", "3", "--eval_steps", "3", "--save_steps", "3", "--per_device_train_batch_size", "8",
-         "--tokenizer_vocab_size", "800", "--eval_passes", "1"]  # fmt: skip
+         "--tokenizer_vocab_size", "800", "--eval_passes", "1", "--max_eval_samples", "64"]  # fmt: skip
 
 
 def quick_pretrain(tmp_path, *extra, name="pre"):
@@ -237,7 +237,8 @@ def test_a_run_logs_each_fact_once_and_evaluates_its_last_step_once(tmp_path, ca
     repeated = {m for m in messages if messages.count(m) > 1}
     assert not repeated, repeated
     (held_out,) = [m for m in messages if m.startswith("held-out:")]
-    assert "ssp examples" in held_out and "(3 sampling passes)" in held_out
+    assert held_out.startswith("held-out: 64 ssp examples") and "(3 sampling passes, the first 64 of " in held_out
+    assert results["before"]["before_cls_items"] == results["eval"]["eval_cls_items"] == 64  # --max_eval_samples
     history = json.loads((out / "checkpoint-3" / "trainer_state.json").read_text())["log_history"]
     evaluations = [log for log in history if "eval_cls_auc" in log]
     assert [log["step"] for log in evaluations] == [3]
@@ -303,3 +304,11 @@ def test_help_lists_as2hubs_flags_before_the_trainers(capsys):
     first = {flag: next(i for i, line in enumerate(lines) if line.lstrip().startswith(flag + " "))
              for flag in ("--objective", "--hub_push_adapter", "--learning_rate")}  # fmt: skip
     assert first["--objective"] < first["--hub_push_adapter"] < first["--learning_rate"]
+
+
+def test_max_eval_samples_below_one_is_refused_before_any_example_is_made():
+    from as2hub.data_collators import resolve_objective
+    from as2hub.training.pretraining_data import held_out_examples
+
+    with pytest.raises(ArgumentError, match="--max_eval_samples must be at least 1, got 0"):
+        held_out_examples([[["A sentence."]]], resolve_objective("ssp"), {"seed": 0}, passes=1, limit=0)

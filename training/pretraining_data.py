@@ -224,9 +224,12 @@ def training_examples(data_args, training_args, train_documents, objective: Obje
     return train_dataset, collator, dispatching
 
 
-def held_out_examples(eval_documents, objective: Objective, generation: dict, passes: int):
+def held_out_examples(eval_documents, objective: Objective, generation: dict, passes: int, limit: int | None = None):
     """The evaluation set: ``passes`` sampling passes (other seeds than training) over the held-out documents, which
-    steady the estimate; None without held-out documents."""
+    steady the estimate, truncated to the first ``limit`` examples when given (``--max_eval_samples``); None without
+    held-out documents."""
+    if limit is not None and limit < 1:
+        raise ArgumentError(f"--max_eval_samples must be at least 1, got {limit}")
     if eval_documents is None:
         return None
     seed = generation["seed"]
@@ -238,13 +241,17 @@ def held_out_examples(eval_documents, objective: Objective, generation: dict, pa
             for s in range(seed + 1, seed + 1 + passes)
         ]
     )
+    generated = len(eval_dataset)
+    if limit is not None and limit < generated:
+        eval_dataset = eval_dataset.select(range(limit))
     logger.info(
-        "held-out: %d %s examples from %d documents (%d sampling pass%s)",
+        "held-out: %d %s examples from %d documents (%d sampling pass%s%s)",
         len(eval_dataset),
         objective.name,
         len(eval_documents),
         passes,
         "" if passes == 1 else "es",
+        f", the first {limit} of {generated}: --max_eval_samples" if len(eval_dataset) < generated else "",
     )
     return eval_dataset
 
