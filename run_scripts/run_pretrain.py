@@ -120,7 +120,8 @@ class PretrainModelArguments:
         metadata={
             "help": "Training steps run the encoder's dense layers (QKV, output projection, feed-forward) on the real "
             "tokens only, padding left out (true or false). Same weights, same losses; saved in the config (config.unpadded); "
-            "the held-out evaluation takes it too (the same figures); scoring and export keep the padded pass. Default: on (faster on the CPU and on an NVIDIA H200: "
+            "the held-out evaluation takes it too (the same figures); scoring and export keep the padded pass. "
+            "Default: on (faster on the CPU and on an NVIDIA H200: "
             "benchmarks/README.md, 'Unpadded pre-training steps')."
         },
     )

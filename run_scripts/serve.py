@@ -60,8 +60,9 @@ import threading
 
 from as2hub.modeling.errors import ArgumentError
 from as2hub.run_scripts.arguments import run_cli
+from as2hub.serving.messages import Query, Ranked, raw_score
 from as2hub.serving.options import ServeConfig, add_flags, from_flags
-from as2hub.serving.scorer import Query, Ranked, RerankScorer, raw_score
+from as2hub.serving.scorer import RerankScorer
 from as2hub.serving.service import build_app, check_folders, replica_error, require_serve, start, stop_serving
 
 logger = logging.getLogger("as2hub.serve")

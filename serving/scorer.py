@@ -13,7 +13,7 @@ from pathlib import Path
 
 from as2hub.modeling.errors import ArgumentError
 from as2hub.modeling.registry import family_of
-from as2hub.serving.messages import RAW_SCORE_EPS, Query, Ranked, raw_score  # noqa: F401 - re-exported
+from as2hub.serving.messages import Query, Ranked
 from as2hub.serving.options import ServeConfig
 
 logger = logging.getLogger("as2hub.serve")

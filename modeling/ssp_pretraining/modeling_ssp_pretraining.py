@@ -363,11 +363,11 @@ class ElectraForSSPPretraining(SSPPretrainingMixin, ElectraPreTrainedModel):
         discriminator_inputs = input_ids
         # The unpadded pass: where the tokens are, found once for the generator and the discriminator.
         unpadded = wants_unpadded(self, attention_mask, kwargs)
-        plan = unpadded_batch(attention_mask) if unpadded else None
+        passes = {"plan": unpadded_batch(attention_mask) if unpadded else None, "unpadded": unpadded}
         if labels is not None:
             labels = labels.to(input_ids.device)
             generator_hidden = self._encoder_outputs(
-                self.generator, input_ids, attention_mask, token_type_ids, position_ids, plan=plan, unpadded=unpadded
+                self.generator, input_ids, attention_mask, token_type_ids, position_ids, **passes
             ).last_hidden_state
             mlm_loss, mlm_logits, masked_logits = masked_lm_loss(
                 generator_hidden, labels, self._generator_head, self.config.vocab_size, self.config.return_mlm_logits
@@ -378,14 +378,7 @@ class ElectraForSSPPretraining(SSPPretrainingMixin, ElectraPreTrainedModel):
             original = torch.where(masked, labels, input_ids)
             rtd_labels = (discriminator_inputs != original).long()
         outputs = self._encoder_outputs(
-            self.electra,
-            discriminator_inputs,
-            attention_mask,
-            token_type_ids,
-            position_ids,
-            plan=plan,
-            unpadded=unpadded,
-            **kwargs,
+            self.electra, discriminator_inputs, attention_mask, token_type_ids, position_ids, **passes, **kwargs
         )
         hidden = outputs.last_hidden_state
         rtd_logits = self.discriminator_predictions(hidden)

@@ -16,7 +16,8 @@ The layers' weights are the stock ones (``encoder.layer.N.attention.self.query``
 the flag, and the same weights give the same losses and gradients as the padded pass, to float rounding. Evaluation,
 export and scoring (``model.eval()``) keep the stock padded pass unless a forward asks with ``unpadded=True`` (the
 pre-training trainer's held-out evaluation does when the config has the flag: the same figures, 1.6-2.1x faster on
-the CPU), and calls that ask for ``output_attentions`` or ``output_hidden_states`` always do; as2hub's ranker scores unpadded on request with these layer functions
+the CPU), and calls that ask for ``output_attentions`` or ``output_hidden_states`` always do; as2hub's ranker scores
+unpadded on request with these layer functions
 (``Ranker(..., unpadded=True)``, ``as2hub/inference/unpadded.py``). Dropout draws its masks over the gathered tokens, so a training step with dropout is not
 the padded pass's step bit for bit, only in distribution.
 
