@@ -31,7 +31,8 @@ from test_int8_ranking import reference_int8_linear, this_cpus_levels
 from test_int8_rows import hadamard_matrix
 from test_onnx_backend import score_all
 
-from as2hub.inference import int8, small_attention
+from as2hub.inference import cpu_ops, int8, small_attention
+from as2hub.inference.compiled import INT8_INDUCTOR, CompiledRankerModel
 from as2hub.inference.int8 import CALIBRATION_FILE, Int8Linear, input_maxima, smoothing_factors
 from as2hub.inference.ranking import Ranker
 
@@ -205,6 +206,9 @@ def reference_ranker(folder, calibration, stored=True):
 @pytest.mark.parametrize("backbone, contextual", [("bert", False), ("roberta", True)])
 def test_calibrated_ranker_is_the_smoothed_scheme_on_every_path(stock_checkpoint, tmp_path, monkeypatch, backbone,
                                                                 contextual):  # fmt: skip
+    """The compiled path is inductor's, as the benchmark runs it (the int8 inductor config, its wrapper in C++ where the
+    C++ operators load): the checkpoint path of ``torch-int8`` with ``unpadded`` and ``torch_compile`` in CI
+    (unsmoothed, with and without the cascade, it is in the long lane: ``test_int8_ranking.py``)."""
     folder = tmp_path / "ranker"
     fp32_ranker = outlier_ranker(stock_checkpoint, folder, backbone, contextual)
     plain = score_all(Ranker.from_pretrained(folder, backend="torch-int8"))
@@ -221,7 +225,12 @@ def test_calibrated_ranker_is_the_smoothed_scheme_on_every_path(stock_checkpoint
     for options, kernel in paths:
         monkeypatch.setattr(int8, "FEED_FORWARD_KERNEL", kernel)
         ranker = Ranker.from_pretrained(folder, backend="torch-int8", **options)
-        layer = (ranker.model.module if options.get("torch_compile") else ranker.model).base_model.encoder.layer[0]
+        compiled = options.get("torch_compile", False)
+        assert isinstance(ranker.model, CompiledRankerModel) == compiled
+        if compiled:
+            assert ranker.model.backend == "inductor"
+            assert ranker.model._inductor == {**INT8_INDUCTOR, **({"cpp_wrapper": True} if cpu_ops.library() else {})}
+        layer = (ranker.model.module if compiled else ranker.model).base_model.encoder.layer[0]
         assert layer.attention.self.packed_qkv.smoothed and layer.attention.self.packed_qkv.rotation == 32
         error = (score_all(ranker) - want).abs().max()
         assert error <= SCHEME_ABS, (options, kernel, float(error))

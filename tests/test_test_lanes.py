@@ -13,6 +13,7 @@ from helpers import TESTS, long_lane
 ROOT = TESTS.parent
 # The lane as it stands: a test enters it by a decision written here, not by its mark alone.
 LONG_LANE = [
+    "tests/test_int8_ranking.py::test_from_pretrained_torch_int8_unpadded_compiled_inductor",
     "tests/test_int8_ranking.py::test_from_pretrained_torch_int8_unpadded_compiled_inductor_with_the_cascade",
     "tests/test_joint_learning.py::test_joint_minilm_learns_which_candidate_matches_the_question",
     "tests/test_run_pretrain.py::test_default_run_lowers_mlm_loss_and_learns_the_sentence_task",
