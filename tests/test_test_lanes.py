@@ -3,9 +3,11 @@ it at the end of its output; ``make test-long`` runs it. Nothing is left out sil
 keep each group (a module with a module-scoped fixture, the Ray modules) on one worker, so that no fixture is built
 twice."""
 
+import os
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from helpers import TESTS, long_lane
@@ -119,3 +121,33 @@ def test_no_test_module_registers_a_torch_library_operator():
     offenders = [path.name for path in modules if registering.search(path.read_text())]
     assert offenders == []
     assert registering.search((TESTS / "varlen_stand_ins.py").read_text())  # the pattern finds what it looks for
+
+
+def test_ci_names_its_host_before_the_tests(monkeypatch, capsys):
+    """``.ci/run`` prints one line before ``make test``: the CPU model and vector flags as ``/proc/cpuinfo`` lists them
+    (read here with a regex, not the probe's parser), the cores, the load, and a fixed pure-Python loop's seconds, by
+    which two runs' times compare across hosts (the same tests took 19 min 30 s and 29 min 52 s on one VM on
+    2026-12-02, its loop 2.7-6.6 s)."""
+    import runpy
+
+    run = (ROOT / ".ci" / "run").read_text()
+    assert run.index("python3 .ci/host_probe.py") < run.index("\nmake test ")
+    probe = runpy.run_path(str(ROOT / ".ci" / "host_probe.py"))
+    monkeypatch.setitem(probe["python_loop_seconds"].__globals__, "LOOP", 2_000_000)  # a tenth: the test is quick
+    line = probe["main"]()
+    assert capsys.readouterr().out == line + "\n"
+    match = re.fullmatch(
+        r"host: (.+); (.+); (\d+) cores; load ([\d.]+|nan); python loop 2M: (\d+\.\d\d) s \(\d{4}-\d\d-\d\d \d\d:\d\d UTC\)",
+        line,
+    )
+    assert match, line
+    assert int(match[3]) == os.cpu_count() and float(match[5]) > 0
+    cpuinfo = Path("/proc/cpuinfo")
+    if cpuinfo.exists():
+        text = cpuinfo.read_text()
+        assert match[1] == re.search(r"^model name\s*:\s*(.*)$", text, re.M)[1].strip()
+        flags = set(re.search(r"^flags\s*:\s*(.*)$", text, re.M)[1].split())
+        listed = [
+            flag for flag in ("avx2", "fma", "avx512f", "avx512_vnni", "avx512_bf16", "amx_tile") if flag in flags
+        ]
+        assert match[2] == (" ".join(listed) or "no listed vector flags")
