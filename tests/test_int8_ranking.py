@@ -203,7 +203,7 @@ def assert_int8_inductor_scores_as_eager(tokenizers, folder, drops, **model_opti
 def test_from_pretrained_torch_int8_unpadded_compiled_inductor(tokenizers, tmp_path):
     """The checkpoint path as the benchmark runs it, on the smallest model that takes it (two layers, no cascade: two
     inductor graphs, a batch of one pair and of more; each inductor graph costs 20-30 s of a 2-core CI machine), in the
-    long lane: CI compiles the same path by inductor on a calibrated (smoothed) RoBERTa ranker
+    long lane: CI compiles the same path by inductor on the two calibrated (smoothed) rankers
     (``test_int8_smoothing.py::test_calibrated_ranker_is_the_smoothed_scheme_on_every_path``, with this config check),
     and the cascade's int8 stages by dynamo
     (:func:`test_torch_int8_compiled_builds_once_and_scores_as_eager_with_the_cascade`); the cascade by inductor is

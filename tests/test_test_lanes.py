@@ -125,9 +125,9 @@ def test_no_test_module_registers_a_torch_library_operator():
 
 def test_ci_names_its_host_before_the_tests(monkeypatch, capsys):
     """``.ci/run`` prints one line before ``make test``: the CPU model and vector flags as ``/proc/cpuinfo`` lists them
-    (read here with a regex, not the probe's parser), the cores, the load, and a fixed pure-Python loop's seconds, by
-    which two runs' times compare across hosts (the same tests took 19 min 30 s and 29 min 52 s on one VM on
-    2026-12-02, its loop 1.6-6.9 s)."""
+    (read here with a regex, not the probe's parser), the cores, the load, and a fixed pure-Python loop's seconds, a
+    rough sign of the host's speed (the same tests took 19 min 30 s and 29 min 52 s on one VM on 2026-12-02, its loop
+    1.6-6.9 s)."""
     import runpy
 
     run = (ROOT / ".ci" / "run").read_text()
