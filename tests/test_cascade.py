@@ -231,27 +231,29 @@ FRESH_PROCESS = (
     + """
 import json, torch
 from transformers import AutoModelForSequenceClassification
-folder = sys.argv[1]
-torch.set_num_threads(int(sys.argv[2]))  # the test process's count: another one sums in another order
-model = AutoModelForSequenceClassification.from_pretrained(folder, trust_remote_code=True).eval()
-batch = torch.load(f"{folder}/batch.pt")
-with torch.no_grad():
-    output = model(**batch, output_cascade_logits=True)
-    hidden = model.cascade_embed(**batch)
-    staged = []
-    start = 0
-    for index, end in enumerate(model.config.cascade_layers):
-        hidden = model.cascade_encode(hidden, batch["attention_mask"], start, end)
-        staged.append(model.cascade_head_logits(index, hidden).view(-1).tolist())
-        start = end
-    hidden = model.cascade_encode(hidden, batch["attention_mask"], start, model.config.num_hidden_layers)
-    staged.append(model.classify_hidden(hidden).view(-1).tolist())
-print("REPORT" + json.dumps({
-    "class": type(model).__module__,
-    "layers": model.config.cascade_layers,
-    "forward": [t.view(-1).tolist() for t in (*output.cascade_logits, output.logits)],
-    "staged": staged,
-}))
+torch.set_num_threads(int(sys.argv[1]))  # the test process's count: another one sums in another order
+reports = []
+for folder in sys.argv[2:]:
+    model = AutoModelForSequenceClassification.from_pretrained(folder, trust_remote_code=True).eval()
+    batch = torch.load(f"{folder}/batch.pt")
+    with torch.no_grad():
+        output = model(**batch, output_cascade_logits=True)
+        hidden = model.cascade_embed(**batch)
+        staged = []
+        start = 0
+        for index, end in enumerate(model.config.cascade_layers):
+            hidden = model.cascade_encode(hidden, batch["attention_mask"], start, end)
+            staged.append(model.cascade_head_logits(index, hidden).view(-1).tolist())
+            start = end
+        hidden = model.cascade_encode(hidden, batch["attention_mask"], start, model.config.num_hidden_layers)
+        staged.append(model.classify_hidden(hidden).view(-1).tolist())
+    reports.append({
+        "class": type(model).__module__,
+        "layers": model.config.cascade_layers,
+        "forward": [t.view(-1).tolist() for t in (*output.cascade_logits, output.logits)],
+        "staged": staged,
+    })
+print("REPORT" + json.dumps(reports))
 """
 )
 
@@ -264,26 +266,40 @@ print("REPORT" + json.dumps({
 RELOAD_ATOL = 1e-6
 
 
-@pytest.mark.parametrize("backbone", sorted(BACKBONES))
-def test_cascade_heads_round_trip_in_a_fresh_process_without_as2hub(tokenizers, backbone, tmp_path):
-    model, tokenizer = cascade_model(tokenizers, backbone, layers=(2,), depth=3, seed=3)
-    model.save_pretrained(tmp_path)
-    tokenizer.save_pretrained(tmp_path)
-    rows = Ranker(model, tokenizer)._rows([QUESTION] * 5, CANDIDATES[:5], CONTEXTS[:5])
-    batch = pad_batch(rows, tokenizer.pad_token_id)
-    torch.save(batch, tmp_path / "batch.pt")
-    with torch.no_grad():
-        output = model(**batch, output_cascade_logits=True)
-    expected = [t.view(-1).tolist() for t in (*output.cascade_logits, output.logits)]
-    assert json.loads((tmp_path / "config.json").read_text())["cascade_layers"] == [2]
+@pytest.fixture(scope="module")
+def reloaded(tokenizers, tmp_path_factory) -> dict:
+    """Each backbone's cascade ranker (a head after layer 2 of 3), saved and reloaded in ONE fresh process without
+    as2hub (a process per backbone spent 8-10 s of the suite's time each, mostly importing torch and Transformers):
+    ``{backbone: (the saved model's logits, head by head then the ranker's; the fresh process's report)}``."""
+    folders, expected = [], {}
+    for backbone in sorted(BACKBONES):
+        model, tokenizer = cascade_model(tokenizers, backbone, layers=(2,), depth=3, seed=3)
+        folder = tmp_path_factory.mktemp(f"cascade-{backbone}")
+        model.save_pretrained(folder)
+        tokenizer.save_pretrained(folder)
+        batch = pad_batch(
+            Ranker(model, tokenizer)._rows([QUESTION] * 5, CANDIDATES[:5], CONTEXTS[:5]), tokenizer.pad_token_id
+        )
+        torch.save(batch, folder / "batch.pt")
+        with torch.no_grad():
+            output = model(**batch, output_cascade_logits=True)
+        expected[backbone] = [t.view(-1).tolist() for t in (*output.cascade_logits, output.logits)]
+        assert json.loads((folder / "config.json").read_text())["cascade_layers"] == [2]
+        folders.append(str(folder))
     result = subprocess.run(
-        [sys.executable, "-c", FRESH_PROCESS, str(tmp_path), str(torch.get_num_threads())],
+        [sys.executable, "-c", FRESH_PROCESS, str(torch.get_num_threads()), *folders],
         capture_output=True,
         text=True,
         timeout=300,
     )
     assert result.returncode == 0, result.stderr[-3000:]
-    report = json.loads(result.stdout.split("REPORT", 1)[1])
+    reports = json.loads(result.stdout.split("REPORT", 1)[1])
+    return {backbone: (expected[backbone], report) for backbone, report in zip(sorted(BACKBONES), reports)}
+
+
+@pytest.mark.parametrize("backbone", sorted(BACKBONES))
+def test_cascade_heads_round_trip_in_a_fresh_process_without_as2hub(reloaded, backbone):
+    expected, report = reloaded[backbone]
     assert not report["class"].startswith("as2hub") and report["layers"] == [2]
     for got, want in zip(report["forward"], expected):
         assert got == pytest.approx(want, abs=RELOAD_ATOL)

@@ -402,48 +402,69 @@ FRESH_PROCESS = BLOCK_AS2HUB + textwrap.dedent(
     import json
     import torch
     from transformers import AutoModel, AutoModelForQuestionAnswering, AutoTokenizer
-    folder, text = sys.argv[1], sys.argv[2]
-    batch = torch.load(f"{folder}/batch.pt")
-    report = {}
-    for auto in (AutoModelForQuestionAnswering, AutoModel):
-        model = auto.from_pretrained(folder, trust_remote_code=True).eval()
-        assert "as2hub" not in type(model).__module__, type(model).__module__
-        with torch.no_grad():
-            out = model(**batch)
-            plain = model(**AutoTokenizer.from_pretrained(folder)(text, return_tensors="pt"))
-        report[auto.__name__] = {
-            "loss": out.loss.item(),
-            "sentence_logits": out.sentence_logits.tolist(),
-            "similarity": out.sentence_similarity.tolist(),
-            "start_logits": out.start_logits[0, :12].tolist(),
-            "plain_sentence_logits": plain.sentence_logits.tolist(),
-        }
-    print("REPORT" + json.dumps(report))
+    text = sys.argv[1]
+    reports = []
+    for folder in sys.argv[2:]:
+        batch = torch.load(f"{folder}/batch.pt")
+        report = {}
+        for auto in (AutoModelForQuestionAnswering, AutoModel):
+            model = auto.from_pretrained(folder, trust_remote_code=True).eval()
+            assert "as2hub" not in type(model).__module__, type(model).__module__
+            with torch.no_grad():
+                out = model(**batch)
+                plain = model(**AutoTokenizer.from_pretrained(folder)(text, return_tensors="pt"))
+            report[auto.__name__] = {
+                "loss": out.loss.item(),
+                "sentence_logits": out.sentence_logits.tolist(),
+                "similarity": out.sentence_similarity.tolist(),
+                "start_logits": out.start_logits[0, :12].tolist(),
+                "plain_sentence_logits": plain.sentence_logits.tolist(),
+            }
+        reports.append(report)
+    print("REPORT" + json.dumps(reports))
     """
 )
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("style", ["roberta", "bert"])
-def test_round_trip_in_a_fresh_process_without_as2hub(tokenizers, tmp_path, style):
-    tokenizer = copy.deepcopy(tokenizers[style])
-    model = tiny_model(vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id, max_position_embeddings=514)
-    add_marker_tokens(tokenizer, model)
-    model.save_pretrained(tmp_path)
-    tokenizer.save_pretrained(tmp_path)
-    features, _, _ = HotpotQAEncoder.from_config(tokenizer, model.config, 512).encode_dataset(read_hotpotqa(RECORDS))
-    batch = HotpotQACollator(tokenizer, pad_to_multiple_of=8)(list(features))
-    torch.save(batch, tmp_path / "batch.pt")
-    text = "[q] Which city has the tower? [/q] <doc-s> <t> Paris </t> <sent> The tower is in Paris. </sent> </doc-s>"
-    with torch.no_grad():
-        out = model(**batch)
-        plain = model(**tokenizer(text, return_tensors="pt"))
-    assert plain.sentence_logits.shape == (1, 1)  # the model found the markers in plain text
+STYLES = ("roberta", "bert")
+PLAIN_TEXT = "[q] Which city has the tower? [/q] <doc-s> <t> Paris </t> <sent> The tower is in Paris. </sent> </doc-s>"
+
+
+@pytest.fixture(scope="module")
+def reloaded(tokenizers, tmp_path_factory) -> dict:
+    """A tiny model with each tokenizer style's markers, saved and reloaded in ONE fresh process without as2hub (a
+    process per style spent about 10 s of the suite's time each, mostly importing torch and Transformers):
+    ``{style: (the saved model's outputs on a collated batch, on PLAIN_TEXT; the fresh process's report)}``."""
+    folders, expected = [], {}
+    for style in STYLES:
+        tokenizer = copy.deepcopy(tokenizers[style])
+        model = tiny_model(vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id, max_position_embeddings=514)
+        add_marker_tokens(tokenizer, model)
+        folder = tmp_path_factory.mktemp(f"longformer-{style}")
+        model.save_pretrained(folder)
+        tokenizer.save_pretrained(folder)
+        features, _, _ = HotpotQAEncoder.from_config(tokenizer, model.config, 512).encode_dataset(
+            read_hotpotqa(RECORDS)
+        )
+        batch = HotpotQACollator(tokenizer, pad_to_multiple_of=8)(list(features))
+        torch.save(batch, folder / "batch.pt")
+        with torch.no_grad():
+            expected[style] = model(**batch), model(**tokenizer(PLAIN_TEXT, return_tensors="pt"))
+        folders.append(str(folder))
     result = subprocess.run(
-        [sys.executable, "-c", FRESH_PROCESS, str(tmp_path), text], capture_output=True, text=True, timeout=300
+        [sys.executable, "-c", FRESH_PROCESS, PLAIN_TEXT, *folders], capture_output=True, text=True, timeout=300
     )
     assert result.returncode == 0, result.stderr[-3000:]
-    report = json.loads(result.stdout.split("REPORT", 1)[1])
+    reports = json.loads(result.stdout.split("REPORT", 1)[1])
+    return {style: (*expected[style], report) for style, report in zip(STYLES, reports)}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("style", STYLES)
+def test_round_trip_in_a_fresh_process_without_as2hub(reloaded, style):
+    out, plain, report = reloaded[style]
+    assert plain.sentence_logits.shape == (1, 1)  # the model found the markers in plain text
+    assert set(report) == {"AutoModelForQuestionAnswering", "AutoModel"}
     for name, got in report.items():
         assert got["loss"] == pytest.approx(out.loss.item(), abs=1e-5), name
         torch.testing.assert_close(torch.tensor(got["sentence_logits"]), out.sentence_logits, atol=1e-5, rtol=1e-5)
