@@ -1,6 +1,10 @@
 """Shared fixtures: fixed test tokenizers (tests/data) and tiny stock checkpoints (nothing comes from the Hub)."""
 
+import collections
+import json
 import os
+import time
+from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
@@ -75,22 +79,25 @@ def stock_checkpoint(tmp_path_factory, tokenizers):
 # test is a unit of its own and may go to either worker, so a module's module-scoped fixture would be built once per
 # worker, and again whenever another module's test runs in between (seen: test_publish_hub's published models built 3
 # times, 250 s, and test_serve's service twice, 245 s). So every module with a module-scoped fixture is one group, run
-# whole by one worker; the tests that start a Ray cluster share one group (one cluster at a time). The longest units
-# are handed out first (a group by its name, a test by its name), so that neither worker is left with a long one at
-# the end (``--no-loadscope-reorder``: xdist would otherwise hand out the groups with the most tests first). Plain
-# ``pytest`` (one process) runs them in the same order. The hook runs first (``tryfirst``): xdist turns the marks into
-# groups in its own hook, and the marks must be there by then; pytest 9.2 breaks that step (pytest-xdist#1386), hence
-# the test extra's pytest < 9.2, and ``tests/test_test_lanes.py`` checks that a group runs on one worker.
+# whole by one worker; the tests that start a Ray cluster share one group (one cluster at a time). The units are handed
+# out longest first, by the seconds ``tests/durations.json`` measured (a group: the sum of its tests; a test it does not
+# list: ``UNKNOWN_SECONDS``), so that the run ends on short tests and neither worker waits long for the other
+# (``--no-loadscope-reorder``: xdist would otherwise hand out the groups with the most tests first). Before the table,
+# only the seven longest were named and the rest ran in file order: a run ended with one worker idle for 66 s while
+# the other still had compiled-ranker tests of 15-17 s. Plain ``pytest`` (one process) runs them in the same order.
+# The hook runs first (``tryfirst``): xdist turns the marks into groups in its own hook, and the marks must be there
+# by then; pytest 9.2 breaks that step (pytest-xdist#1386), hence the test extra's pytest < 9.2, and
+# ``tests/test_test_lanes.py`` checks that a group runs on one worker. ``pytest --store-durations PATH`` writes a new
+# table from a run (with xdist too: the controller gets every report).
 RAY_MODULES = ("test_serve.py", "test_batch_scoring.py")
-LONGEST_FIRST = (
-    "test_default_run_lowers_mlm_loss_and_learns_the_sentence_task",
-    "ray",
-    "test_publish_hub.py",
-    "test_joint_minilm_learns_which_candidate_matches_the_question",
-    "test_main_job_command_runs_on_the_embedded_default",
-    "test_publish_families.py",
-    "test_two_gloo_processes_split_the_stream_and_only_rank_0_writes",
-)
+DURATIONS = Path(__file__).resolve().parent / "durations.json"
+UNKNOWN_SECONDS = 0.5  # the table lists tests of 1 s and more; a new test is assumed short until measured
+STORED_MIN_SECONDS = 1.0
+
+
+def measured_seconds() -> dict[str, float]:
+    """{node id (without xdist's ``@group``): setup + call + teardown seconds} of the committed table."""
+    return json.loads(DURATIONS.read_text())["seconds"]
 
 
 @pytest.fixture
@@ -138,12 +145,56 @@ def pytest_collection_modifyitems(config, items):
         units[item.nodeid] = unit_of(item)
         if units[item.nodeid]:
             item.add_marker(pytest.mark.xdist_group(units[item.nodeid]))
-    rank = {name: position for position, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=longest_units_first(items, units, measured_seconds()))  # stable: a group's tests keep their order
 
-    def order(item) -> int:
-        return rank.get(units[item.nodeid] or getattr(item, "originalname", item.name), len(rank))
 
-    items.sort(key=order)  # stable: a group's tests, and the rest, keep their order
+def longest_units_first(items, units: dict, seconds: dict):
+    """Sort key: minus the estimated seconds of the item's unit (its group, or the test alone)."""
+    totals = collections.Counter()
+    for item in items:
+        totals[units[item.nodeid] or item.nodeid] += seconds.get(item.nodeid, UNKNOWN_SECONDS)
+    return lambda item: -totals[units[item.nodeid] or item.nodeid]
+
+
+def pytest_addoption(parser):
+    parser.addoption(
+        "--store-durations",
+        metavar="PATH",
+        help="write each test's setup + call + teardown seconds (those of at least 1 s) to PATH, in the format of "
+        "tests/durations.json, whose order conftest.py hands the tests out in",
+    )
+
+
+_run_seconds = collections.Counter()
+_STARTED = pytest.StashKey[float]()
+VECTOR_FLAGS = {"avx2", "fma", "avx512f", "avx512_vnni", "avx512_bf16", "amx_tile"}
+
+
+def pytest_runtest_logreport(report):
+    _run_seconds[report.nodeid.split("@")[0]] += report.duration
+
+
+def pytest_sessionstart(session):
+    session.config.stash[_STARTED] = time.monotonic()
+
+
+def pytest_sessionfinish(session):
+    path = session.config.getoption("store_durations")
+    if not path or hasattr(session.config, "workerinput"):  # the controller (or a single process) writes it
+        return
+    from as2hub.inference.backends import cpu_features
+
+    cpu = cpu_features()
+    minutes, seconds = divmod(round(time.monotonic() - session.config.stash[_STARTED]), 60)
+    table = {
+        "measured": f"pytest {' '.join(session.config.invocation_params.args)}, "
+        f"{datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC, {cpu.model} ({' '.join(sorted(cpu.flags & VECTOR_FLAGS))}), "
+        f"{os.cpu_count()} cores: {minutes} min {seconds:02d} s",
+        "seconds": {
+            node: round(value, 1) for node, value in sorted(_run_seconds.items()) if value >= STORED_MIN_SECONDS
+        },
+    }
+    Path(path).write_text(json.dumps(table, indent=1) + "\n")
 
 
 def pytest_terminal_summary(terminalreporter, config):
