@@ -96,7 +96,7 @@ def test_architecture_md_names_files_that_exist_and_the_contracts_layers():
         assert re.search(rf"^  {folder}/ .* layer {layer}\b", text, re.MULTILINE), f"{folder}: layer {layer}"
 
 
-DOCS = ("ARCHITECTURE.md", "README.md", "benchmarks", "hub_cards", "inference", "modeling", "run_scripts")
+DOCS = ("ARCHITECTURE.md", "README.md", ".ci", "benchmarks", "hub_cards", "inference", "modeling", "run_scripts")
 
 
 def table_rows_off_their_header(text: str) -> list[tuple[int, int, int]]:
