@@ -166,12 +166,15 @@ def pytest_addoption(parser):
 
 
 _run_seconds = collections.Counter()
+_worker_seconds = collections.Counter()
 _STARTED = pytest.StashKey[float]()
 VECTOR_FLAGS = {"avx2", "fma", "avx512f", "avx512_vnni", "avx512_bf16", "amx_tile"}
 
 
 def pytest_runtest_logreport(report):
     _run_seconds[report.nodeid.split("@")[0]] += report.duration
+    node = getattr(report, "node", None)  # under xdist, on the controller: the worker that ran it
+    _worker_seconds[node.gateway.id if node is not None else "main"] += report.duration
 
 
 def pytest_sessionstart(session):
@@ -190,6 +193,7 @@ def pytest_sessionfinish(session):
         "measured": f"pytest {' '.join(session.config.invocation_params.args)}, "
         f"{datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC, {cpu.model} ({' '.join(sorted(cpu.flags & VECTOR_FLAGS))}), "
         f"{os.cpu_count()} cores: {minutes} min {seconds:02d} s",
+        "worker_seconds": {worker: round(value) for worker, value in sorted(_worker_seconds.items())},
         "seconds": {
             node: round(value, 1) for node, value in sorted(_run_seconds.items()) if value >= STORED_MIN_SECONDS
         },

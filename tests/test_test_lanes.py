@@ -23,8 +23,12 @@ LONG_LANE = [
 
 
 def pytest_run(*args: str, cwd=ROOT) -> subprocess.CompletedProcess:
+    """A nested pytest with ``args`` only: not the options of the run around it (``PYTEST_ADDOPTS``; seen: ``-v`` and
+    ``--store-durations`` given to ``.ci/run`` changed what these runs print, and a tmp folder's run refused the
+    option its own conftest does not define)."""
     command = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:randomly", *args]
-    return subprocess.run(command, cwd=cwd, capture_output=True, text=True, timeout=600)
+    env = {key: value for key, value in os.environ.items() if key != "PYTEST_ADDOPTS"}
+    return subprocess.run(command, cwd=cwd, capture_output=True, text=True, timeout=600, env=env)
 
 
 def test_the_long_lane_is_what_pytest_selects_with_its_mark():
