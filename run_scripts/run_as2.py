@@ -58,6 +58,7 @@ from as2hub.run_scripts.arguments import (
     without_evaluation,
 )
 from as2hub.training.cascade_heads import check_head_target, train_cascade_heads
+from as2hub.training.evaluations import RecordEvaluations, final_dev_metrics
 
 logger = logging.getLogger("as2hub.run_as2")
 
@@ -323,6 +324,7 @@ def main(argv: list[str] | None = None) -> dict:
     has_dev = "validation" in tokenized
     if not has_dev:
         without_evaluation(training_args)
+    evaluations = RecordEvaluations()  # the dev figures of the final weights, without a second pass
     trainer = Trainer(
         model=model,
         args=training_args,
@@ -330,7 +332,7 @@ def main(argv: list[str] | None = None) -> dict:
         train_dataset=tokenized["train"],
         eval_dataset=tokenized.get("validation"),
         compute_metrics=make_compute_metrics(splits["validation"].dataset["question_id"]) if has_dev else None,
-        callbacks=[EarlyStoppingCallback(data_args.early_stopping_patience)] if has_dev else [],
+        callbacks=[EarlyStoppingCallback(data_args.early_stopping_patience), evaluations] if has_dev else [],
     )
     resume = training_args.resume_from_checkpoint
     remove_stale_checkpoints(stale_checkpoints, training_args)
@@ -352,7 +354,7 @@ def main(argv: list[str] | None = None) -> dict:
 
     results = {"train": train_metrics}
     if has_dev:
-        results["dev"] = trainer.evaluate()
+        results["dev"] = final_dev_metrics(trainer, evaluations)
         trainer.log_metrics("eval", results["dev"])
     if "test" in tokenized:
         test = splits["test"].dataset

@@ -58,6 +58,7 @@ from as2hub.run_scripts.arguments import (
     setup_logging,
     without_evaluation,
 )
+from as2hub.training.evaluations import RecordEvaluations, final_dev_metrics
 from as2hub.training.joint_finetuning import (
     group_splits,
     joint_metrics,
@@ -229,6 +230,7 @@ def main(argv: list[str] | None = None) -> dict:
     has_dev = "validation" in groups
     if not has_dev:
         without_evaluation(training_args)
+    evaluations = RecordEvaluations()  # the dev figures of the final weights, without a second pass
     trainer = Trainer(
         model=model,
         args=training_args,
@@ -236,7 +238,7 @@ def main(argv: list[str] | None = None) -> dict:
         train_dataset=groups["train"],
         eval_dataset=groups.get("validation"),
         compute_metrics=joint_metrics("validation", splits, groups, scores, label_names) if has_dev else None,
-        callbacks=[EarlyStoppingCallback(data_args.early_stopping_patience)] if has_dev else [],
+        callbacks=[EarlyStoppingCallback(data_args.early_stopping_patience), evaluations] if has_dev else [],
     )
     remove_stale_checkpoints(stale_checkpoints, training_args)
     train_result = trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
@@ -244,7 +246,7 @@ def main(argv: list[str] | None = None) -> dict:
 
     results = {"train": train_result.metrics}
     if has_dev:
-        results["dev"] = trainer.evaluate()
+        results["dev"] = final_dev_metrics(trainer, evaluations)
         trainer.log_metrics("eval", results["dev"])
     if "test" in groups:
         trainer.compute_metrics = joint_metrics("test", splits, groups, scores, label_names)
