@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import BACKBONES, TEST_THREADS, TINY, long_lane
+from helpers import BACKBONES, MARKED_LONG, TEST_THREADS, TINY, long_lane
 from tokenizers import Tokenizer
 from transformers import PreTrainedTokenizerFast
 
@@ -140,6 +140,7 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
 
 @pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which turns the xdist_group marks into the nodeids' @group
 def pytest_collection_modifyitems(config, items):
+    config.stash[MARKED_LONG] = sorted(item.nodeid for item in items if item.get_closest_marker("long"))
     units = {}
     for item in items:
         units[item.nodeid] = unit_of(item)

@@ -30,6 +30,11 @@ BACKBONES = {
 TESTS = Path(__file__).resolve().parent
 
 
+# The node ids the session collected with the ``long`` mark, before ``-m``/``-k`` deselect (``conftest.py`` stores them
+# for ``test_test_lanes.py``; here, not in conftest.py, which a test importing it would load a second time).
+MARKED_LONG = pytest.StashKey[list]()
+
+
 def long_lane() -> list[str]:
     """The node ids (``tests/<file>::<test>``) of the tests marked ``@pytest.mark.long``, read from the source by
     ``ast`` (the xdist controller that prints the summary collects nothing itself)."""

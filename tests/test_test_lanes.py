@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers import TESTS, long_lane
+from helpers import MARKED_LONG, TESTS, long_lane
 
 ROOT = TESTS.parent
 # The lane as it stands: a test enters it by a decision written here, not by its mark alone.
@@ -31,8 +31,16 @@ def pytest_run(*args: str, cwd=ROOT) -> subprocess.CompletedProcess:
     return subprocess.run(command, cwd=cwd, capture_output=True, text=True, timeout=600, env=env)
 
 
-def test_the_long_lane_is_what_pytest_selects_with_its_mark():
+def test_the_long_lane_is_what_pytest_selects_with_its_mark(request):
+    """The lane by the source (``long_lane``, what the summary names), by decision (``LONG_LANE``) and by pytest's
+    own collection: the items of the running session with the mark where it collected every test file (``make
+    test``: no extra process), else a ``--collect-only -m long`` run of the files that could mark one."""
     assert long_lane() == LONG_LANE
+    config = request.config
+    collected = {Path(config.invocation_params.dir, arg.split("::")[0]).resolve() for arg in config.args}
+    if collected == {TESTS.resolve()}:
+        assert config.stash[MARKED_LONG] == LONG_LANE
+        return
     # Every file that could mark a test long (by decorator, or a module's or class's ``pytestmark``); collecting all
     # of them costs the suite's import time.
     files = [
