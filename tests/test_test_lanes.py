@@ -169,6 +169,8 @@ def test_ci_names_its_host_before_the_tests(monkeypatch, capsys):
 
     run = (ROOT / ".ci" / "run").read_text()
     assert run.index("python3 .ci/host_probe.py") < run.index("\nmake test ")
+    # and the tests compile into a fresh inductor cache, as on a fresh CI machine, not into one earlier runs filled
+    assert run.index('export TORCHINDUCTOR_CACHE_DIR="$(mktemp -d)"') < run.index("\nmake test ")
     probe = runpy.run_path(str(ROOT / ".ci" / "host_probe.py"))
     monkeypatch.setitem(probe["python_loop_seconds"].__globals__, "LOOP", 2_000_000)  # a tenth: the test is quick
     line = probe["main"]()
