@@ -50,7 +50,7 @@ def test_run_as2_reports_the_best_steps_figures_without_a_second_pass(stock_chec
     assert reused["test"]["test_map"] == again["test"]["test_map"]
 
 
-def trainer(global_step: int, best: str | None, load_best: bool = True, evaluated=None) -> SimpleNamespace:
+def trainer(global_step: int, best: str | None, load_best: bool = True) -> SimpleNamespace:
     calls = []
     return SimpleNamespace(
         args=SimpleNamespace(load_best_model_at_end=load_best),
