@@ -63,6 +63,30 @@ def test_unpadded_training_is_saved_in_the_config(tmp_path, objective, extra):
     assert results["eval"]["eval_mlm_loss"] < 20
 
 
+@pytest.mark.slow
+def test_bf16_without_a_gpu_trains_in_bf16_autocast_on_the_cpu(tmp_path):
+    """``--bf16`` on a machine without a GPU (``CPUFriendlyArguments``: transformers alone would ask for
+    ``--use_cpu``): the training steps run their linear layers in bf16 autocast, on the unpadded pass (the CPU's
+    default), the loss is finite and the saved weights stay fp32."""
+    from safetensors.torch import load_file
+
+    dtypes = set()
+
+    def record(module, args, output):
+        if isinstance(module, torch.nn.Linear) and module.training and torch.is_tensor(output):
+            dtypes.add(output.dtype)
+
+    handle = torch.nn.modules.module.register_module_forward_hook(record)
+    try:
+        out, results = quick_pretrain(tmp_path, "--bf16", "--save_strategy", "no")
+    finally:
+        handle.remove()
+    assert dtypes == {torch.bfloat16}
+    assert json.loads((out / "config.json").read_text())["unpadded"] is True
+    assert results["train"]["train_loss"] == pytest.approx(results["train"]["train_loss"])  # finite, not NaN
+    assert {tensor.dtype for tensor in load_file(out / "model.safetensors").values()} == {torch.float32}
+
+
 def test_unpadded_defaults_to_on_when_training_on_the_cpu():
     from as2hub.training.pretraining_models import default_unpadded
 
