@@ -15,13 +15,20 @@ Systems:
   only, attention runs per example over its own tokens (``unpadding.ATTENTION_LAYOUT="per_example"``, what
   ``"auto"`` takes in eager mode on the CPU with one thread);
 - ``unpadded_padded_attention``: the same, attention in the padded layout (``ATTENTION_LAYOUT="padded"``: what
-  ``"auto"`` takes with more threads, in a compiled step and on a GPU);
+  ``"auto"`` takes in a compiled step and on a GPU);
+- ``unpadded_grouped``: the same, attention with the rows cut by length into ``--length_groups`` groups, each padded
+  to its own longest row (``ATTENTION_LAYOUT="grouped"``: a few calls, little padding);
 - ``packed``: the alternative to unpadding: the batch's examples packed first-fit into rows of the sequence length,
   attention kept inside each example (a block-diagonal mask, positions restarting per example), the stock layers on
   the packed rows (padding only at the rows' ends); the heads read each example's first token and masked tokens;
 - ``padded_compiled`` / ``unpadded_compiled``: ``torch.compile`` (inductor) of the two passes on the batches of
   ``run_pretrain.py --torch_compile`` (padded to the sequence length: one shape); the first step (the compile) is
-  reported apart.
+  reported apart;
+- ``padded_bf16``, ``unpadded_per_example_bf16``, ``unpadded_padded_attention_bf16``: the same three eager passes in
+  bf16 autocast (``torch.autocast("cpu", torch.bfloat16)`` around the forward, fp32 weights and AdamW: what
+  ``run_pretrain.py --bf16`` trains with on a machine without a GPU); their ratios are to the fp32 padded pass, and
+  their losses are checked against it apart (``bf16_max_abs_difference``: bf16 rounding, not a layout error); not
+  in the default set.
 
 Before timing, the losses of every system on one batch (dropout off) are checked against the padded pass's.
 
@@ -45,6 +52,8 @@ Usage::
         --systems padded,unpadded_per_example,unpadded_padded_attention --results benchmarks/results/unpadded_mspp_own_slot_cpu.json
     python benchmarks/bench_unpadded_pretrain.py --evaluation --batch_size 32 --steps 12 --warmup 2 \\
         --systems padded,unpadded_per_example,unpadded_padded_attention --results benchmarks/results/unpadded_eval_cpu.json
+    python benchmarks/bench_unpadded_pretrain.py --systems padded,unpadded_per_example,padded_bf16,unpadded_per_example_bf16 \\
+        --results benchmarks/results/unpadded_pretrain_bf16_cpu.json      # what --bf16 buys on this CPU
 
 Writes ``benchmarks/results/unpadded_pretrain_cpu.json``.
 """
@@ -72,10 +81,13 @@ SYSTEMS = (
     "padded",
     "unpadded_per_example",
     "unpadded_padded_attention",
+    "unpadded_grouped",
     "packed",
     "padded_compiled",
     "unpadded_compiled",
 )
+BF16 = "_bf16"  # the suffix of a system trained in bf16 autocast (not in the default --systems)
+SYSTEMS_BF16 = ("padded_bf16", "unpadded_per_example_bf16", "unpadded_padded_attention_bf16", "unpadded_grouped_bf16")
 
 
 def parse_args(argv=None):
@@ -89,6 +101,9 @@ def parse_args(argv=None):
     parser.add_argument("--steps", type=int, default=8, help="timed steps per system and length")
     parser.add_argument("--warmup", type=int, default=2, help="untimed steps first (a compiled system compiles)")
     parser.add_argument("--threads", type=int, default=1, help="torch threads (cpu_learn runs use 1)")
+    parser.add_argument(
+        "--length_groups", type=int, default=None, help="unpadded_grouped's groups (default: the module's)"
+    )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument(
         "--evaluation", action="store_true", help="time no-grad evaluation forwards (the trainer's) instead of steps"
@@ -96,13 +111,14 @@ def parse_args(argv=None):
     parser.add_argument("--results", default=str(RESULTS_DIR / "unpadded_pretrain_cpu.json"))
     args = parser.parse_args(argv)
     args.systems = [name.strip() for name in args.systems.split(",") if name.strip()]
-    unknown = set(args.systems) - set(SYSTEMS)
+    unknown = set(args.systems) - set(SYSTEMS) - set(SYSTEMS_BF16)
     if unknown:
-        parser.error(f"--systems: unknown {sorted(unknown)}, use {list(SYSTEMS)}")
+        parser.error(f"--systems: unknown {sorted(unknown)}, use {list(SYSTEMS + SYSTEMS_BF16)}")
     if "padded" not in args.systems:
         parser.error("--systems must include padded (the reference of every ratio and of the loss check)")
-    if args.evaluation and set(args.systems) - {"padded", "unpadded_per_example", "unpadded_padded_attention"}:
-        parser.error("--evaluation: only padded, unpadded_per_example and unpadded_padded_attention apply")
+    eager = {"padded", "unpadded_per_example", "unpadded_padded_attention", "unpadded_grouped"}
+    if args.evaluation and set(args.systems) - eager - {name + BF16 for name in eager}:
+        parser.error("--evaluation: only padded, unpadded_per_example and unpadded_padded_attention apply (and _bf16)")
     if args.objective == "mspp":
         if "packed" in args.systems:
             parser.error("--systems: packed does not apply to --objective mspp (the slot layout is fixed)")
@@ -263,11 +279,16 @@ class System:
             return packed_loss(self.model, batch)
         from as2hub.modeling.ssp_pretraining import unpadding
 
-        layouts = {"unpadded_per_example": "per_example", "unpadded_padded_attention": "padded"}
-        unpadding.ATTENTION_LAYOUT = layouts.get(self.name, "auto")
+        layouts = {
+            "unpadded_per_example": "per_example",
+            "unpadded_padded_attention": "padded",
+            "unpadded_grouped": "grouped",
+        }
+        unpadding.ATTENTION_LAYOUT = layouts.get(self.name.removesuffix(BF16), "auto")
         keys = ("input_ids", "attention_mask", "token_type_ids", "labels", "sentence_labels")
         asked = {"unpadded": True} if self.evaluation and self.name.startswith("unpadded") else {}
-        return self.forward(**{key: batch[key] for key in keys if key in batch}, **asked).loss
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=self.name.endswith(BF16)):
+            return self.forward(**{key: batch[key] for key in keys if key in batch}, **asked).loss
 
     def step(self) -> float:
         batch = self.batches[self.index % len(self.batches)]
@@ -324,7 +345,11 @@ def check_losses(systems: dict[str, System]) -> dict:
         system.forward = forward
         restore_dropout(system.model, saved)
     reference = out["padded"]
-    return {"losses": out, "max_abs_difference": max(abs(value - reference) for value in out.values())}
+    differences = {name: abs(value - reference) for name, value in out.items()}
+    check = {"losses": out, "max_abs_difference": max(v for n, v in differences.items() if not n.endswith(BF16))}
+    if any(name.endswith(BF16) for name in out):
+        check["bf16_max_abs_difference"] = max(v for n, v in differences.items() if n.endswith(BF16))
+    return check
 
 
 def run_length(seq: int, base_model, tokenizer, examples, args) -> dict:
@@ -412,6 +437,10 @@ def main(argv=None) -> dict:
     from as2hub.training.trainers import allow_data_dependent_shapes
 
     allow_data_dependent_shapes()  # what SSPTrainer sets for --torch_compile
+    from as2hub.modeling.ssp_pretraining import unpadding
+
+    if args.length_groups is not None:
+        unpadding.LENGTH_GROUPS = args.length_groups
     folder = minilm_path()
     tokenizer = AutoTokenizer.from_pretrained(folder)
     docs = documents(None)
@@ -438,7 +467,8 @@ def main(argv=None) -> dict:
         "threads": args.threads,
         "commit": git_commit(),
         # What unpadding.unpadded_batch's "auto" takes in an eager CPU step at this thread count.
-        "auto_attention_layout": "per_example" if args.threads == 1 else "padded",
+        "auto_attention_layout": unpadding.auto_layout(torch.device("cpu"), None),
+        "length_groups": unpadding.LENGTH_GROUPS,
         "objective": args.objective,
         "model": described,
         "settings": {key: value for key, value in vars(args).items() if key != "results"},

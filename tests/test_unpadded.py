@@ -136,10 +136,10 @@ def test_ssp_unpadded_step_equals_the_padded_step(model_class, padding, monkeypa
     assert_same_step(padded_run, unpadded_run, batch["attention_mask"].bool(), keys)
 
 
-@pytest.mark.parametrize("layout", ["per_example", "padded"])
+@pytest.mark.parametrize("layout", ["per_example", "padded", "grouped"])
 @pytest.mark.parametrize("model_class", SSP, ids=lambda c: c.__name__)
 def test_every_token_gets_its_own_rows_hidden_state(model_class, layout):
-    """The encoder alone, with either attention layout: at every real token the stock padded pass's hidden state,
+    """The encoder alone, with each CPU attention layout: at every real token the stock padded pass's hidden state,
     zeros at the padding."""
     model = tiny(model_class).train()
     batch = ssp_batch(model_class, "heavy")
@@ -147,7 +147,7 @@ def test_every_token_gets_its_own_rows_hidden_state(model_class, layout):
     encoders = [model.base_model] + ([model.generator] if model_class is ElectraForSSPPretraining else [])
     real = batch["attention_mask"].bool()
     plan = unpadding.unpadded_batch(batch["attention_mask"], layout=layout)
-    assert (plan.sizes is not None) == (layout == "per_example")
+    assert (plan.sizes is not None) == (layout == "per_example") and (plan.groups is not None) == (layout == "grouped")
     for encoder in encoders:
         expected = encoder(**inputs).last_hidden_state
         actual = unpadding.unpadded_encode(encoder, **inputs, plan=plan).last_hidden_state
@@ -155,15 +155,29 @@ def test_every_token_gets_its_own_rows_hidden_state(model_class, layout):
         assert actual[~real].eq(0).all()
 
 
-def test_the_attention_layout_is_per_example_in_single_thread_eager_cpu_steps_else_padded(monkeypatch):
+def test_auto_attends_per_example_with_one_thread_in_groups_with_more_else_padded(monkeypatch):
+    """``"auto"`` in eager CPU steps: per example with one torch thread, grouped by length with more (the joint
+    model's slots, a pattern of their own: padded); compiled: padded."""
     mask = ssp_batch(BertForSSPPretraining, "heavy")["attention_mask"]
+    slots = torch.ones(6, 1, LENGTH, LENGTH, dtype=torch.bool)
+
+    def layout(pattern=None) -> str:
+        plan = unpadding.unpadded_batch(mask, pattern, layout="auto")
+        assert plan.cu_seqlens is None
+        return "per_example" if plan.sizes else "grouped" if plan.groups else "padded"
+
     monkeypatch.setattr(torch, "get_num_threads", lambda: 1)
-    assert unpadding.unpadded_batch(mask, layout="auto").sizes == ROW_LENGTHS["heavy"]
-    monkeypatch.setattr(torch, "get_num_threads", lambda: 2)
-    assert unpadding.unpadded_batch(mask, layout="auto").sizes is None
-    monkeypatch.setattr(torch, "get_num_threads", lambda: 1)
+    assert layout() == "per_example" and unpadding.unpadded_batch(mask, layout="auto").sizes == ROW_LENGTHS["heavy"]
+    assert layout(slots) == "per_example"
+    for threads in (2, 8):
+        monkeypatch.setattr(torch, "get_num_threads", lambda threads=threads: threads)
+        assert layout() == "grouped" and layout(slots) == "padded"
     monkeypatch.setattr(torch.compiler, "is_compiling", lambda: True)
-    assert unpadding.unpadded_batch(mask, layout="auto").sizes is None
+    assert layout() == "padded"
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 1)
+    assert layout() == "padded"
+    monkeypatch.setattr(torch.compiler, "is_compiling", lambda: False)
+    assert unpadding.auto_layout(torch.device("meta"), None) == "padded"  # not the CPU (a GPU's rule)
     with pytest.raises(ValueError, match="attention layout"):
         unpadding.unpadded_batch(mask, layout="nested")
 
@@ -278,6 +292,37 @@ def test_padded_attention_layout_gives_the_same_step(case, monkeypatch):
     """The layout compiled steps and GPUs take (``ATTENTION_LAYOUT="padded"``), in eager mode: the same step too."""
     attention_layout(monkeypatch, "padded")
     assert_same_step_in_the_layout(case)
+
+
+@pytest.mark.parametrize("groups", [1, 2, 4, 6, 9])
+@pytest.mark.parametrize("case", PADDED_LAYOUT_CASES, ids=lambda c: getattr(c, "__name__", c))
+def test_grouped_attention_layout_gives_the_same_step(case, groups, monkeypatch):
+    """``ATTENTION_LAYOUT="grouped"`` (the rows by length, each group padded to its own longest row), with one group
+    (the padded layout's work), as many as the rows (per example) and more groups than rows: the same step; the joint
+    model's slots (a pattern of their own) take the padded layout."""
+    attention_layout(monkeypatch, "grouped")
+    for module in UNPADDING_MODULES:
+        monkeypatch.setattr(module, "LENGTH_GROUPS", groups)
+    assert_same_step_in_the_layout(case)
+
+
+def test_grouped_plan_cuts_the_rows_by_length_and_pads_each_group_to_its_longest():
+    """A stated fact for the heavy rows (16, 11, 7, 4, 13, 5 tokens; they start at gathered tokens 0, 16, 27, 34, 38,
+    51) in 4 groups: rows 3 and 5 (4 and 5 tokens) padded to 5, rows 2 and 1 (7, 11) to 11, row 4 and row 0 alone
+    (no padding, no mask)."""
+    mask = ssp_batch(BertForSSPPretraining, "heavy")["attention_mask"]
+    plan = unpadding.unpadded_batch(mask, layout="grouped")
+    assert [(group.rows, group.length) for group in plan.groups] == [(2, 5), (2, 11), (1, 13), (1, 16)]
+    first = plan.groups[0]
+    assert first.tokens.tolist() == [34, 35, 36, 37, 51, 52, 53, 54, 55]
+    assert first.slots.tolist() == [0, 1, 2, 3, 5, 6, 7, 8, 9]
+    assert first.pattern.view(2, 5).tolist() == [[True] * 4 + [False], [True] * 5]
+    assert plan.groups[1].slots.tolist() == [*range(7), *range(11, 22)]
+    assert plan.groups[2].pattern is None and plan.groups[3].tokens.tolist() == list(range(16))
+    joined = torch.cat([group.tokens for group in plan.groups])
+    assert torch.equal(joined[plan.regroup], torch.arange(56))  # back to the gathered order
+    pattern = torch.ones(6, 1, LENGTH, LENGTH, dtype=torch.bool)
+    assert unpadding.unpadded_batch(mask, pattern, layout="grouped").groups is None  # a pattern: the padded layout
 
 
 def sequence_by_sequence_attention(query, key, value, cu_seqlens, max_length, dropout, scale):
@@ -534,7 +579,8 @@ def test_folders_saved_with_and_without_the_flag_load_without_as2hub(tmp_path):
 def test_the_cpu_benchmark_times_mspp_slots_padded_and_unpadded(tmp_path):
     """``bench_unpadded_pretrain.py --objective mspp`` (MiniLM's joint MLM + MSPP step, own-slot attention), tiny:
     every system's loss is the padded pass's, the unpadded systems' dense layers compute no padding while the slots'
-    padded layout does, and each system gets its ratio to the padded one."""
+    padded layout does, and each system gets its ratio to the padded one; then ``--evaluation`` and the ``_bf16``
+    systems at 64 tokens."""
     import importlib
 
     benchmarks = str(Path(__file__).resolve().parents[1] / "benchmarks")
@@ -566,3 +612,16 @@ def test_the_cpu_benchmark_times_mspp_slots_padded_and_unpadded(tmp_path):
     assert length["systems"]["unpadded_padded_attention"]["dense_padding_fraction"] == 0
     with pytest.raises(SystemExit):
         bench.parse_args(["--evaluation", "--systems", "padded,packed"])
+    # The _bf16 systems: the same passes in bf16 autocast (run_pretrain.py --bf16 on the CPU), checked apart: their
+    # losses are the fp32 pass's up to bf16 rounding, while the fp32 systems still agree to float rounding.
+    report = bench.main(["--seq_lengths", "64", "--batch_size", "4", "--batches", "1", "--steps", "1", "--warmup", "0",
+                         "--systems", "padded,unpadded_per_example,padded_bf16,unpadded_per_example_bf16",
+                         "--results", str(tmp_path / "bf16.json")])  # fmt: skip
+    (length,) = report["lengths"].values()
+    check = length["loss_check_dropout_off"]
+    assert check["max_abs_difference"] < 1e-4 and 0 < check["bf16_max_abs_difference"] < 0.1, check
+    assert length["systems"]["unpadded_per_example_bf16"]["dense_padding_fraction"] == 0
+    assert (
+        length["systems"]["padded_bf16"]["dense_padding_fraction"]
+        == length["systems"]["padded"]["dense_padding_fraction"]
+    )

@@ -5,11 +5,12 @@ With ``config.unpadded`` a training forward gathers the non-padding tokens of th
 matrix after the embeddings and runs each encoder layer's own modules on it: the query, key and value projections
 (one matrix product with the three weights side by side), the attention output projection with its residual and
 layer norm, and the feed-forward block. Attention (``torch.nn.functional.scaled_dot_product_attention``) keeps each
-example to itself in one of two layouts (:data:`ATTENTION_LAYOUT`): per example, over its own tokens only, or in the
+example to itself in one of three layouts (:data:`ATTENTION_LAYOUT`): per example, over its own tokens only; in the
 padded ``(batch, heads, length, head size)`` layout, into which the projected queries, keys and values are scattered
 and from which the result is gathered back, under the batch's pattern (padding keys masked; the joint model's
-own-slot pattern); on a GPU, a third, ``varlen``, runs PyTorch's variable-length flash-attention kernel on the
-gathered tokens themselves, with no padded layout at all. After the last layer the hidden states are put back in the
+own-slot pattern); or grouped: the rows cut by length into a few groups, each in a padded layout of its own longest
+row. On a GPU, a fourth, ``varlen``, runs PyTorch's variable-length flash-attention kernel on the gathered tokens
+themselves, with no padded layout at all. After the last layer the hidden states are put back in the
 padded layout, with zeros at the padding positions, so the heads read ``last_hidden_state`` as before.
 
 The layers' weights are the stock ones (``encoder.layer.N.attention.self.query``, ...): a checkpoint does not depend on
@@ -90,18 +91,41 @@ def key_padding_pattern(attention_mask: torch.Tensor) -> torch.Tensor:
 
 # How a layer attends over the gathered tokens: "padded" scatters them into the (batch, length) layout for one
 # attention call over every row; "per_example" attends within each example's own tokens, one call per example, with
-# no padding at all (the least work; a Python loop over the batch); "varlen" runs one variable-length flash-attention
-# call on the gathered tokens, each example's tokens attending to their own (CUDA in fp16/bf16, attention dropout
-# included; a batch with another pattern than key padding, e.g. the joint model's slots, and fp32 or CPU activations
-# take "padded"). "auto" takes "per_example" on the CPU in eager mode with one torch thread, "padded" otherwise.
-# Measured with MiniLM DSLC steps on a loaded 2-core AMD EPYC (benchmarks/results/unpadded_pretrain_cpu*.json): at 1
-# thread "per_example" made the unpadded step 1.55x / 2.12x faster than the padded one at 128 / 256 tokens, "padded"
-# 1.31x / 1.35x; at 2 threads each of its many small calls is a parallel region that waits for a thread the other jobs
-# hold, and the per-example step ran slower than the padded step while "padded" kept its lead. torch.compile would specialise on every example's length, and on a GPU a call
-# per example costs more than it saves: "padded" there, until "varlen" is measured against it on a GPU
+# no padding at all (the least work; a Python loop over the batch); "grouped" sorts the rows by length and cuts them
+# into LENGTH_GROUPS groups of equal row count, one call per group in a layout padded to the group's longest row (a
+# few calls, little padding; a batch with another pattern than key padding takes "padded"); "varlen" runs one
+# variable-length flash-attention call on the gathered tokens, each example's tokens attending to their own (CUDA in
+# fp16/bf16, attention dropout included; a batch with another pattern than key padding, e.g. the joint model's slots,
+# and fp32 or CPU activations take "padded").
+#
+# "auto" (auto_layout) on the CPU in eager mode: "per_example" with one torch thread, "grouped" with more ("padded"
+# for a batch with its own pattern); "padded" elsewhere. Measured with MiniLM DSLC steps, batches of 16 triplets
+# (benchmarks/README.md, "Unpadded pre-training steps"; the unpadded step against the padded one at 128 / 256 tokens):
+# - 1 thread: "per_example" is the fastest wherever measured (1.50x / 2.27x on the idle AVX-512 EPYC, "grouped"
+#   1.37x / 2.06x, "padded" 1.30x / 1.37x; 1.55x / 2.12x on a loaded AVX2 EPYC).
+# - 2 threads: each per-example call is a parallel region. On the idle AVX-512 EPYC "per_example" still led (1.33x /
+#   2.15x, "grouped" 1.24x / 1.87x, "padded" 1.16x / 1.37x), but under other jobs' load its regions wait for threads
+#   those jobs hold: at load 5 on the same CPU it fell behind (1.14x / 1.29x against "padded" 1.25x / 1.37x), and
+#   on the AVX2 EPYC at load 3-6 its step ran slower than the padded pass (0.49x at 128 tokens). "grouped" (4
+#   regions per layer) kept most of the idle gain and held level with "padded" under load (1.26x / 1.27x at load 5,
+#   1.30x / 1.50x against 1.30x / 1.39x at load 3); more threads make many small regions costlier still.
+# torch.compile would specialise on every example's length (and on every group's), and on a GPU a call per example
+# costs more than it saves: "padded" there, until "varlen" is measured against it on a GPU
 # (benchmarks/bench_gpu_pretrain.py's as2hub_varlen_compiled system).
-ATTENTION_LAYOUTS = ("auto", "padded", "per_example", "varlen")
+ATTENTION_LAYOUTS = ("auto", "padded", "per_example", "varlen", "grouped")
 ATTENTION_LAYOUT = "auto"
+LENGTH_GROUPS = 4  # "grouped": how many groups of rows, by length
+
+
+@dataclass
+class LengthGroup:
+    """Rows of similar length attended together in a ``(rows, length)`` layout of their own ("grouped")."""
+
+    tokens: torch.Tensor  # positions of the group's tokens among the gathered tokens, row by row
+    slots: torch.Tensor  # the same tokens' positions in the group's flat (rows * length) layout
+    rows: int
+    length: int  # the group's longest row
+    pattern: torch.Tensor | None  # (rows, 1, 1, length) key padding; None when every row fills the length
 
 
 @dataclass
@@ -115,6 +139,18 @@ class UnpaddedBatch:
     sizes: list[int] | None = None  # "per_example": tokens of each row
     patterns: list[torch.Tensor | None] | None = None  # "per_example": each row's pattern over its own tokens
     cu_seqlens: torch.Tensor | None = None  # "varlen": (batch + 1,) int32, each row's first token, then the total
+    groups: list[LengthGroup] | None = None  # "grouped": the rows by length, a few groups
+    regroup: torch.Tensor | None = None  # "grouped": where each gathered token is among the groups' tokens
+
+
+def auto_layout(device: torch.device, pattern: torch.Tensor | None) -> str:
+    """The layout ``"auto"`` takes for a batch on ``device`` (``pattern``: as in :func:`unpadded_encode`; the comment
+    above :data:`ATTENTION_LAYOUTS` gives the measurements)."""
+    if device.type != "cpu" or torch.compiler.is_compiling():
+        return "padded"
+    if torch.get_num_threads() == 1:
+        return "per_example"
+    return "grouped" if pattern is None else "padded"
 
 
 def unpadded_batch(
@@ -126,8 +162,7 @@ def unpadded_batch(
     if layout not in ATTENTION_LAYOUTS:
         raise ValueError(f"attention layout must be one of {ATTENTION_LAYOUTS}, got {layout!r}")
     if layout == "auto":
-        eager_cpu = attention_mask.device.type == "cpu" and not torch.compiler.is_compiling()
-        layout = "per_example" if eager_cpu and torch.get_num_threads() == 1 else "padded"
+        layout = auto_layout(attention_mask.device, pattern)
     batch, length = attention_mask.shape
     keep = attention_mask.bool()
     plan = UnpaddedBatch(
@@ -135,6 +170,8 @@ def unpadded_batch(
     )
     if layout == "varlen" and pattern is None:  # another pattern than key padding: the padded layout
         plan.cu_seqlens = nn.functional.pad(keep.sum(1).cumsum(0, dtype=torch.int32), (1, 0))
+    if layout == "grouped" and pattern is None:  # another pattern than key padding: the padded layout
+        plan.groups, plan.regroup = length_groups(keep.sum(1), LENGTH_GROUPS)
     if layout == "per_example":
         plan.sizes = keep.sum(1).tolist()
         if pattern is None:
@@ -142,6 +179,30 @@ def unpadded_batch(
         else:  # each row's pattern between its own tokens
             plan.patterns = [pattern[row][:, keep[row]][:, :, keep[row]] for row in range(batch)]
     return plan
+
+
+def length_groups(sizes: torch.Tensor, groups: int) -> tuple[list[LengthGroup], torch.Tensor]:
+    """The rows that have tokens (``sizes``: tokens per row), shortest first, cut into ``groups`` groups of equal row
+    count (give or take one), each group padded to its own longest row; and, for each gathered token, its position
+    among the groups' tokens taken group after group."""
+    device = sizes.device
+    starts = sizes.cumsum(0) - sizes  # each row's first token among the gathered ones
+    order = torch.argsort(sizes, stable=True)
+    order = order[sizes[order] > 0]
+    out = []
+    for rows in order.tensor_split(min(groups, len(order))) if len(order) else []:
+        counts = sizes[rows]
+        length, total = int(counts.max()), int(counts.sum())
+        within = torch.arange(total, device=device) - (counts.cumsum(0) - counts).repeat_interleave(counts)
+        tokens = starts[rows].repeat_interleave(counts) + within
+        slots = (torch.arange(len(rows), device=device) * length).repeat_interleave(counts) + within
+        full = bool((counts == length).all())
+        keys = None if full else (torch.arange(length, device=device) < counts[:, None])[:, None, None, :]
+        out.append(LengthGroup(tokens, slots, len(rows), length, keys))
+    joined = torch.cat([group.tokens for group in out]) if out else sizes.new_zeros(0)
+    regroup = torch.empty_like(joined)
+    regroup[joined] = torch.arange(len(joined), device=device)
+    return out, regroup
 
 
 def _plain_linear(module: nn.Module) -> bool:
@@ -239,6 +300,19 @@ def _attend(qkv: torch.Tensor, plan: UnpaddedBatch, heads: int, head_size: int, 
             query, key, value, attn_mask=mask, dropout_p=dropout, scale=scale
         )
 
+    if plan.groups is not None:  # each group of rows in a (rows, heads, its longest row, head_size) layout
+        contexts = []
+        for group in plan.groups:
+            flat = group.rows * group.length
+            rows = scatter_rows(gather_rows(qkv, group.tokens), group.slots, flat)
+            query, key, value = (
+                rows.view(group.rows, group.length, 3, heads, head_size).permute(2, 0, 3, 1, 4).unbind(0)
+            )
+            context = attend(query, key, value, group.pattern).transpose(1, 2).reshape(flat, heads * head_size)
+            contexts.append(gather_rows(context, group.slots))
+        if not contexts:
+            return qkv.new_zeros(0, heads * head_size)
+        return gather_rows(torch.cat(contexts), plan.regroup)
     if plan.sizes is not None:  # per example: (1, heads, its tokens, head_size) each, no padding
         outputs = []
         for chunk, mask in zip(qkv.split(plan.sizes), plan.patterns):
