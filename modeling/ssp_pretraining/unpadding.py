@@ -100,7 +100,8 @@ def key_padding_pattern(attention_mask: torch.Tensor) -> torch.Tensor:
 #
 # "auto" (auto_layout) on the CPU in eager mode: "per_example" with one torch thread, "grouped" with more ("padded"
 # for a batch with its own pattern); "padded" elsewhere. Measured with MiniLM DSLC steps, batches of 16 triplets
-# (benchmarks/README.md, "Unpadded pre-training steps"; the unpadded step against the padded one at 128 / 256 tokens):
+# (benchmarks/README.md, "Unpadded pre-training steps" and "The same steps on the AVX-512 EPYC"; the unpadded step
+# against the padded one at 128 / 256 tokens):
 # - 1 thread: "per_example" is the fastest wherever measured (1.50x / 2.27x on the idle AVX-512 EPYC, "grouped"
 #   1.37x / 2.06x, "padded" 1.30x / 1.37x; 1.55x / 2.12x on a loaded AVX2 EPYC).
 # - 2 threads: each per-example call is a parallel region. On the idle AVX-512 EPYC "per_example" still led (1.33x /
