@@ -24,8 +24,8 @@ Systems:
 - ``padded_compiled`` / ``unpadded_compiled``: ``torch.compile`` (inductor) of the two passes on the batches of
   ``run_pretrain.py --torch_compile`` (padded to the sequence length: one shape); the first step (the compile) is
   reported apart;
-- ``padded_bf16``, ``unpadded_per_example_bf16``, ``unpadded_padded_attention_bf16``: the same three eager passes in
-  bf16 autocast (``torch.autocast("cpu", torch.bfloat16)`` around the forward, fp32 weights and AdamW: what
+- ``padded_bf16``, ``unpadded_per_example_bf16``, ``unpadded_padded_attention_bf16``, ``unpadded_grouped_bf16``: the
+  same four eager passes in bf16 autocast (``torch.autocast("cpu", torch.bfloat16)`` around the forward, fp32 weights and AdamW: what
   ``run_pretrain.py --bf16`` trains with on a machine without a GPU); their ratios are to the fp32 padded pass, and
   their losses are checked against it apart (``bf16_max_abs_difference``: bf16 rounding, not a layout error); not
   in the default set.
@@ -77,17 +77,16 @@ from bench_utils import RESULTS_DIR, format_table, machine_info, minilm_path, no
 logger = logging.getLogger("bench_unpadded_pretrain")
 MSPP_CANDIDATES, MSPP_SLOT = 5, 64
 MSPP_LENGTH = (MSPP_CANDIDATES + 1) * MSPP_SLOT  # the question's slot and k candidates' slots
-SYSTEMS = (
-    "padded",
-    "unpadded_per_example",
-    "unpadded_padded_attention",
-    "unpadded_grouped",
-    "packed",
-    "padded_compiled",
-    "unpadded_compiled",
-)
+# The eager systems' attention layouts (unpadding.ATTENTION_LAYOUT; padded: the stock pass, "auto" unused).
+LAYOUTS = {
+    "padded": "auto",
+    "unpadded_per_example": "per_example",
+    "unpadded_padded_attention": "padded",
+    "unpadded_grouped": "grouped",
+}
+SYSTEMS = (*LAYOUTS, "packed", "padded_compiled", "unpadded_compiled")
 BF16 = "_bf16"  # the suffix of a system trained in bf16 autocast (not in the default --systems)
-SYSTEMS_BF16 = ("padded_bf16", "unpadded_per_example_bf16", "unpadded_padded_attention_bf16", "unpadded_grouped_bf16")
+SYSTEMS_BF16 = tuple(name + BF16 for name in LAYOUTS)
 
 
 def parse_args(argv=None):
@@ -116,9 +115,8 @@ def parse_args(argv=None):
         parser.error(f"--systems: unknown {sorted(unknown)}, use {list(SYSTEMS + SYSTEMS_BF16)}")
     if "padded" not in args.systems:
         parser.error("--systems must include padded (the reference of every ratio and of the loss check)")
-    eager = {"padded", "unpadded_per_example", "unpadded_padded_attention", "unpadded_grouped"}
-    if args.evaluation and set(args.systems) - eager - {name + BF16 for name in eager}:
-        parser.error("--evaluation: only padded, unpadded_per_example and unpadded_padded_attention apply (and _bf16)")
+    if args.evaluation and set(args.systems) - set(LAYOUTS) - set(SYSTEMS_BF16):
+        parser.error(f"--evaluation: only {', '.join(LAYOUTS)} apply (and their _bf16 twins)")
     if args.objective == "mspp":
         if "packed" in args.systems:
             parser.error("--systems: packed does not apply to --objective mspp (the slot layout is fixed)")
@@ -279,12 +277,7 @@ class System:
             return packed_loss(self.model, batch)
         from as2hub.modeling.ssp_pretraining import unpadding
 
-        layouts = {
-            "unpadded_per_example": "per_example",
-            "unpadded_padded_attention": "padded",
-            "unpadded_grouped": "grouped",
-        }
-        unpadding.ATTENTION_LAYOUT = layouts.get(self.name.removesuffix(BF16), "auto")
+        unpadding.ATTENTION_LAYOUT = LAYOUTS.get(self.name.removesuffix(BF16), "auto")
         keys = ("input_ids", "attention_mask", "token_type_ids", "labels", "sentence_labels")
         asked = {"unpadded": True} if self.evaluation and self.name.startswith("unpadded") else {}
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=self.name.endswith(BF16)):
