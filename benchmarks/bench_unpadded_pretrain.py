@@ -113,6 +113,8 @@ def parse_args(argv=None):
     unknown = set(args.systems) - set(SYSTEMS) - set(SYSTEMS_BF16)
     if unknown:
         parser.error(f"--systems: unknown {sorted(unknown)}, use {list(SYSTEMS + SYSTEMS_BF16)}")
+    if args.length_groups is not None and args.length_groups < 1:
+        parser.error(f"--length_groups must be at least 1, got {args.length_groups}")
     if "padded" not in args.systems:
         parser.error("--systems must include padded (the reference of every ratio and of the loss check)")
     if args.evaluation and set(args.systems) - set(LAYOUTS) - set(SYSTEMS_BF16):

@@ -612,6 +612,8 @@ def test_the_cpu_benchmark_times_mspp_slots_padded_and_unpadded(tmp_path):
     assert length["systems"]["unpadded_padded_attention"]["dense_padding_fraction"] == 0
     with pytest.raises(SystemExit):
         bench.parse_args(["--evaluation", "--systems", "padded,packed"])
+    with pytest.raises(SystemExit):
+        bench.parse_args(["--length_groups", "0"])
     # The _bf16 systems: the same passes in bf16 autocast (run_pretrain.py --bf16 on the CPU), checked apart: their
     # losses are the fp32 pass's up to bf16 rounding, while the fp32 systems still agree to float rounding.
     report = bench.main(["--seq_lengths", "64", "--batch_size", "4", "--batches", "1", "--steps", "1", "--warmup", "0",
