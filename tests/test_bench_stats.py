@@ -38,3 +38,25 @@ def test_a_difference_of_exactly_zero_on_every_question_is_inside_its_interval()
     out = paired_bootstrap_metrics(a, b, ["p@1"], resamples=2000)
     low, high = out["p@1"]["ci95"]
     assert low < 0 and high == 0.0 and out["p@1"]["zero_in_ci95"] is True
+
+
+def test_every_benchmark_record_names_the_cpu_and_its_vector_flags(monkeypatch):
+    """``machine_info`` (in every benchmark's JSON): the CPU's model and, of its flags, the vector ones the CPU paths
+    depend on, in a fixed order (here a stated ``/proc/cpuinfo``: an AMX Xeon's flags among others)."""
+    import bench_utils
+
+    from as2hub.inference import backends
+
+    cpuinfo = (
+        "processor\t: 0\nmodel name\t: Intel(R) Xeon(R) Platinum 8488C\n"
+        "flags\t\t: fpu sse4_2 amx_int8 avx2 avx512f fma amx_tile avx512_bf16 avx512_vnni amx_bf16 avx512bw\n"
+    )
+    monkeypatch.setattr(backends, "cpu_features", lambda: backends.parse_cpuinfo(cpuinfo))
+    info = bench_utils.machine_info()
+    assert info["cpu_model"] == "Intel(R) Xeon(R) Platinum 8488C"
+    assert info["cpu_flags"] == ["avx2", "fma", "avx512f", "avx512bw", "avx512_vnni", "avx512_bf16", "amx_tile",
+                                 "amx_bf16", "amx_int8"]  # fmt: skip
+    monkeypatch.setattr(
+        backends, "cpu_features", lambda: backends.parse_cpuinfo("model name\t: AMD EPYC\nflags\t: avx2 fma\n")
+    )
+    assert bench_utils.machine_info()["cpu_flags"] == ["avx2", "fma"]  # the AVX2 EPYC: no AVX-512
