@@ -18,6 +18,16 @@ PyTorch's variable-length flash kernel on the gathered tokens, no padded layout;
 layout). A variant that fails on this machine is left out of the timing, with its error in the JSON's
 ``failed_systems``; as2hub and stock must run.
 
+``papers_framework`` (RoBERTa only) is the step as the papers' own PyTorch-Lightning code runs it
+(``lucadiliello/transformers-framework``, which the EMNLP 2022 and ACL 2023 papers were built on; its masked-LM +
+sequence-classification pipeline as read on 2026-12-03, written here from that description): stock transformers
+RoBERTa with eager attention (the framework pins transformers 4.29, before RoBERTa had SDPA), the MLM head's
+vocabulary logits on every position, a RoBERTa classification head on the first token, an fp32 copy of the logits
+for the accuracy it logs every step, the batch trimmed to its longest example (the framework pads each example to
+the maximum length, then drops the columns that are padding in every row), and AdamW not fused (its default
+optimizer). Left out: Lightning's own loop, and its default ``16-mixed`` precision (fp16 with a loss scaler; the
+step here is bf16 like the others: the same tensor-core rate on Hopper).
+
 Every system of a pair gets the same weights (the stock model a copy of as2hub's) and the same batch: DSLC examples of
 the embedded corpus (or ``--corpus``) collated by ``PretrainingCollator`` and padded to the sequence length, so every
 step has the same shape. ``--batch_size auto`` doubles the batch from 32 while both systems fit in memory and the
@@ -86,13 +96,16 @@ VARIANTS = {
     "as2hub_unpadded_compiled": (True, True, None),
     "as2hub_varlen_compiled": (True, True, "varlen"),
 }
+PAPERS = "papers_framework"  # the papers' framework's step (the docstring); RoBERTa only
+OPTIONAL = (*VARIANTS, PAPERS)  # systems that may fail on a machine (left out, said) or not apply to a pair
+EVERY_POSITION = ("stock", PAPERS)  # systems whose MLM head scores every position, not only the masked ones
 
 
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--device", default="cuda", help="cuda (the benchmark) or cpu (a smoke run)")
     parser.add_argument("--pairs", default="roberta,electra")
-    parser.add_argument("--systems", default="as2hub,stock", help=f"as2hub and stock, and any of {', '.join(VARIANTS)}")
+    parser.add_argument("--systems", default="as2hub,stock", help=f"as2hub and stock, and any of {', '.join(OPTIONAL)}")
     parser.add_argument("--seq_lengths", default="128,256")
     parser.add_argument("--batch_size", default="auto", help="an integer, or auto: the batch that fills the GPU")
     parser.add_argument("--max_batch_size", type=int, default=1024)
@@ -115,8 +128,8 @@ def parse_args(argv=None):
     if set(args.pairs) - set(PAIRS):
         parser.error(f"--pairs: unknown {sorted(set(args.pairs) - set(PAIRS))}, use {sorted(PAIRS)}")
     args.systems = [name.strip() for name in args.systems.split(",") if name.strip()]
-    if not {"as2hub", "stock"} <= set(args.systems) or set(args.systems) - {"as2hub", "stock", *VARIANTS}:
-        parser.error(f"--systems: as2hub, stock and any of {list(VARIANTS)}, got {args.systems}")
+    if not {"as2hub", "stock"} <= set(args.systems) or set(args.systems) - {"as2hub", "stock", *OPTIONAL}:
+        parser.error(f"--systems: as2hub, stock and any of {list(OPTIONAL)}, got {args.systems}")
     args.seq_lengths = [int(v) for v in args.seq_lengths.split(",")]
     args.workers = [int(v) for v in args.workers.split(",")]
     for key, value in (TINY if args.tiny else BASE).items():
@@ -203,10 +216,12 @@ def training_flops(pair: str, system: str, model, batch: dict, real_only: bool =
         squares = int((lengths.long() ** 2).sum())  # the flash varlen kernel: each example over its own tokens
     config = model.config if system != "stock" else model.discriminator.config if pair == "electra" else model.config
     h, v = config.hidden_size, config.vocab_size
-    scored = tokens if system == "stock" else masked  # the stock heads score every position, as2hub's the masked
+    scored = tokens if system in EVERY_POSITION else masked  # stock heads score every position, as2hub's the masked
     flops = encoder_work(dense_tokens, squares, h, config.intermediate_size, config.num_hidden_layers)
     if pair == "roberta":
         flops += 2 * scored * (h * h + h * v)
+        if system == PAPERS:  # its classification head on the first token: dense, then out_proj to 2 labels
+            flops += 2 * batch_size * (h * h + 2 * h)
     else:
         generator = model.generator.config if system == "stock" else model.config.generator_config
         g = generator.hidden_size
@@ -237,6 +252,57 @@ class Timer:
         return (time.perf_counter() - begin) * 1000
 
 
+class PapersFrameworkStep(torch.nn.Module):
+    """RoBERTa MLM + sentence-pair classification as the papers' framework computes a step (the module docstring):
+    ``stock`` (a ``RobertaForMaskedLM``) switched to eager attention, plus a classification head on the first token;
+    the loss is the MLM loss over every position's logits plus the pair loss. Call it with :func:`trimmed` batches."""
+
+    def __init__(self, stock):
+        from transformers.models.roberta.modeling_roberta import RobertaClassificationHead
+
+        super().__init__()
+        self.mlm = stock
+        self.mlm.set_attn_implementation("eager")
+        self.config = stock.config
+        head_config = copy.deepcopy(stock.config)
+        head_config.num_labels = 2
+        self.head = RobertaClassificationHead(head_config)
+        self.correct = None  # the accuracy's numerator of the last step, as the framework logs it
+
+    def forward(self, input_ids, attention_mask, token_type_ids, labels, sentence_labels):
+        hidden = self.mlm.roberta(
+            input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids
+        ).last_hidden_state
+        logits = self.mlm.lm_head(hidden)  # (batch, length, vocabulary): every position
+        loss = torch.nn.functional.cross_entropy(logits.view(-1, logits.shape[-1]), labels.view(-1))
+        loss = loss + torch.nn.functional.cross_entropy(self.head(hidden), sentence_labels)
+        with torch.no_grad():  # its per-step metric, on an fp32 copy of the logits (no host sync here)
+            self.correct = ((logits.float().argmax(-1) == labels) & (labels != -100)).sum()
+        return loss
+
+
+def trimmed(batch: dict) -> dict:
+    """``batch`` without the columns that are padding in every row (the framework's trim: each batch as long as its
+    longest example)."""
+    longest = int(batch["attention_mask"].sum(1).max())
+    return {k: v[:, :longest].contiguous() if v.dim() == 2 else v for k, v in batch.items()}
+
+
+def system_batch(name: str, batch: dict) -> dict:
+    """The batch system ``name`` trains on: the framework's trimmed one, else the padded one."""
+    return trimmed(batch) if name == PAPERS else batch
+
+
+def system_losses(pair: str, models: dict, batch: dict) -> dict:
+    """{system: a function returning its loss on ``batch``} (``bench_pretrain_overhead.loss_functions`` for as2hub's
+    and stock's, the framework's step on the trimmed batch)."""
+    losses = loss_functions(pair, {k: m for k, m in models.items() if k != PAPERS}, batch)
+    if PAPERS in models:
+        papers_batch = trimmed(batch)
+        losses[PAPERS] = lambda model=models[PAPERS]: model(**papers_batch)
+    return losses
+
+
 def with_attention_layout(loss_fn, layout: str | None):
     """``loss_fn`` with ``unpadding.ATTENTION_LAYOUT`` set to ``layout`` while the forward runs (``None``: as is); the
     backward replays what the forward chose."""
@@ -254,8 +320,9 @@ def with_attention_layout(loss_fn, layout: str | None):
     return loss
 
 
-def make_step(model, loss_fn, device: str):
-    fused = {"fused": True} if device == "cuda" else {}
+def make_step(model, loss_fn, device: str, fused: bool = True):
+    """One bf16-autocast training step; AdamW fused on CUDA unless ``fused`` is false (torch's default there)."""
+    fused = {"fused": True} if fused and device == "cuda" else {}
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=0.01, **fused)
 
     def step():
@@ -372,6 +439,9 @@ def build_pair(pair: str, tokenizer, args):
     else:
         ours, stock, _ = build_electra(tokenizer, args)
     models = {"as2hub": ours, "stock": stock}
+    if PAPERS in args.systems and pair == "roberta":
+        torch.manual_seed(args.seed)  # its classification head's initial weights
+        models[PAPERS] = PapersFrameworkStep(copy.deepcopy(stock))
     for name in args.systems:
         if name in VARIANTS:
             unpadded, compiled, _ = VARIANTS[name]
@@ -429,9 +499,14 @@ def run_length(pair: str, seq: int, models: dict, initial: dict, tokenizer, exam
     for name, model in models.items():  # the search trained them: back to the shared initial weights
         model.load_state_dict(initial[name])
     check = check_equivalence(pair, reference, batch, args.seed)
-    losses = loss_functions(pair, models, batch)
+    losses = system_losses(pair, models, batch)
     steps = {
-        name: make_step(model, with_attention_layout(losses[name], VARIANTS.get(name, (0, 0, None))[2]), args.device)
+        name: make_step(
+            model,
+            with_attention_layout(losses[name], VARIANTS.get(name, (0, 0, None))[2]),
+            args.device,
+            fused=name != PAPERS,
+        )  # fmt: skip
         for name, model in models.items()
     }
     timer = Timer(args.device)
@@ -444,7 +519,7 @@ def run_length(pair: str, seq: int, models: dict, initial: dict, tokenizer, exam
             try:
                 elapsed = timer(steps[name])
             except Exception as error:  # a variant this machine cannot run (a kernel, a compile): left out, said
-                if name not in VARIANTS:
+                if name not in OPTIONAL:
                     raise
                 failed[name] = f"{type(error).__name__}: {error}"[:2000]
                 logger.warning("%s at %d tokens failed, left out of the timing: %s", name, seq, failed[name][:300])
@@ -454,15 +529,15 @@ def run_length(pair: str, seq: int, models: dict, initial: dict, tokenizer, exam
                 continue
             if index >= args.warmup:
                 times[name].append(elapsed)
-    tokens = batch_size * seq
     real_tokens = int(batch["attention_mask"].sum())
     systems = {}
     for name in steps:
-        model = models[name]
+        model, its_batch = models[name], system_batch(name, batch)
+        tokens = its_batch["input_ids"].numel()  # padding included: what it computes
         ms = statistics.median(times[name])
-        flops = training_flops(pair, name, model, batch)
+        flops = training_flops(pair, name, model, its_batch)
         achieved = flops / (ms / 1000) / 1e12
-        achieved_real = training_flops(pair, name, model, batch, real_only=True) / (ms / 1000) / 1e12
+        achieved_real = training_flops(pair, name, model, its_batch, real_only=True) / (ms / 1000) / 1e12
         systems[name] = {
             "median_ms": ms,
             "p25_ms": statistics.quantiles(times[name], n=4)[0] if len(times[name]) > 1 else ms,
@@ -502,8 +577,9 @@ def run_length(pair: str, seq: int, models: dict, initial: dict, tokenizer, exam
     return {
         "seq_length": seq,
         "batch_size": batch_size,
+        "trimmed_length": trimmed(batch)["input_ids"].shape[1],  # the papers' framework's batch: its longest example
         "batch_size_search": tried,
-        "padding_fraction": 1 - real_tokens / tokens,
+        "padding_fraction": 1 - real_tokens / batch["input_ids"].numel(),
         "masked_tokens": int((batch["labels"] != -100).sum()),
         "equivalence_check_eval_mode": check,
         "systems": systems,
@@ -559,7 +635,7 @@ def main(argv=None) -> dict:
         "machine": machine_info(),
         "device": args.device,
         "gpu": gpu_name,
-        "dtype": "bf16 autocast, fp32 master weights, fused AdamW",
+        "dtype": "bf16 autocast, fp32 master weights, fused AdamW (papers_framework: AdamW not fused)",
         "datasheet_bf16_tflops": peak,
         "measured_bf16_matmul_tflops": measured_matmul_tflops(args.device),
         "settings": {k: v for k, v in vars(args).items() if k != "results"},
@@ -576,6 +652,8 @@ def main(argv=None) -> dict:
         initial = {name: {k: v.clone() for k, v in model.state_dict().items()} for name, model in models.items()}
         examples = dslc_examples(docs, args.max_batch_size, args.seed)
         record = {"parameters": {n: sum(p.numel() for p in m.parameters()) for n, m in models.items()}, "lengths": {}}
+        if PAPERS in args.systems and PAPERS not in models:
+            record["not_run"] = {PAPERS: "RoBERTa only: issue 52's target is RoBERTa-base; no ELECTRA step modelled"}
         for seq in args.seq_lengths:
             result = run_length(pair, seq, models, initial, tokenizer, examples, args, peak)
             result["data"] = data_throughput(

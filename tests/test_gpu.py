@@ -479,27 +479,79 @@ def test_training_flops_match_torch_flop_counter(pair):
 
     bench = benchmark_module("bench_gpu_pretrain")
     args = bench.parse_args(
-        ["--device", "cpu", "--tiny", "--batch_size", "4", "--systems", "as2hub,stock,as2hub_unpadded"]
+        ["--device", "cpu", "--tiny", "--batch_size", "4", "--systems", "as2hub,stock,as2hub_unpadded,papers_framework"]
     )
     args.model_vocab_size, args.vocab_size = 3000, 600
     docs = bench.documents(None)
     tokenizer = bench.tokenizer_for(bench.PAIRS[pair][0], docs, args.vocab_size)
     models = bench.build_pair(pair, tokenizer, args)
-    batch = bench.fixed_batch(tokenizer, bench.dslc_examples(docs, 4, 0), 128, 0)
-    assert 0 < int(batch["attention_mask"].sum()) < batch["attention_mask"].numel()  # padding to leave out
-    losses = bench.loss_functions(pair, models, batch)
+    assert ("papers_framework" in models) == (pair == "roberta")  # the papers' framework's step: RoBERTa only
+    batch = bench.fixed_batch(tokenizer, bench.dslc_examples(docs, 4, 0), 256, 0)
+    lengths = batch["attention_mask"].sum(1)
+    assert len(set(lengths.tolist())) > 1 and int(lengths.max()) < 256  # padding left after the framework's trim
+    losses = bench.system_losses(pair, models, batch)
     flops = {}
     for name, model in models.items():
+        its_batch = bench.system_batch(name, batch)
         with FlopCounterMode(display=False) as counter:
             losses[name]().backward()
-        counted, flops[name] = counter.get_total_flops(), bench.training_flops(pair, name, model, batch)
+        counted, flops[name] = counter.get_total_flops(), bench.training_flops(pair, name, model, its_batch)
         assert flops[name] == pytest.approx(counted, rel=0.02), (name, flops[name], counted)
         # The work on the real tokens: less than what a padded system computes (all an unpadded one does when it
         # attends per example, on one CPU thread).
-        real = bench.training_flops(pair, name, model, batch, real_only=True)
+        real = bench.training_flops(pair, name, model, its_batch, real_only=True)
         assert real < flops[name] if name != "as2hub_unpadded" else real <= flops[name]
     assert flops["as2hub"] < flops["stock"]  # as2hub's MLM head scores the masked rows only
     assert flops["as2hub_unpadded"] < flops["as2hub"]  # its dense layers skip the padding
+    if pair == "roberta":  # the trimmed batch: less than stock's padded work, more than as2hub's masked-row head
+        assert flops["as2hub"] < flops["papers_framework"] < flops["stock"]
+
+
+def test_the_papers_framework_step_is_stock_mlm_plus_a_pair_loss_on_the_trimmed_batch():
+    """The ``papers_framework`` system of ``bench_gpu_pretrain.py``: eager attention on the batch trimmed to its
+    longest example gives stock's padded SDPA MLM loss (eval mode), plus the pair loss of its head on the first token;
+    its logits cover every position of the trimmed batch; its step's AdamW is not fused."""
+    bench = benchmark_module("bench_gpu_pretrain")
+    args = bench.parse_args(
+        ["--device", "cpu", "--tiny", "--pairs", "roberta", "--systems", "as2hub,stock,papers_framework"]
+    )
+    args.model_vocab_size, args.vocab_size = 3000, 600
+    docs = bench.documents(None)
+    tokenizer = bench.tokenizer_for("roberta", docs, args.vocab_size)
+    models = bench.build_pair("roberta", tokenizer, args)
+    stock, papers = models["stock"].eval(), models["papers_framework"].eval()
+    assert papers.mlm.config._attn_implementation == "eager" and stock.config._attn_implementation == "sdpa"
+    batch = bench.fixed_batch(tokenizer, bench.dslc_examples(docs, 4, 0), 256, 0)
+    short = bench.trimmed(batch)
+    assert (
+        short["input_ids"].shape == (4, int(batch["attention_mask"].sum(1).max())) and short["input_ids"].shape[1] < 256
+    )
+    assert short["sentence_labels"] is batch["sentence_labels"]
+    inputs = {k: batch[k] for k in ("input_ids", "attention_mask", "token_type_ids", "labels")}
+    with torch.no_grad():
+        stock_out = stock(**inputs, output_hidden_states=True)
+        pair_loss = torch.nn.functional.cross_entropy(
+            papers.head(stock_out.hidden_states[-1]), batch["sentence_labels"]
+        )
+        loss = papers(**short)
+    assert float(loss) == pytest.approx(float(stock_out.loss + pair_loss), abs=1e-5)
+    assert int(papers.correct) == int(
+        ((stock_out.logits.argmax(-1) == batch["labels"]) & (batch["labels"] != -100)).sum()
+    )
+    created = []
+    real_adamw = torch.optim.AdamW
+
+    class Recording(real_adamw):
+        def __init__(self, *a, **kw):
+            created.append(kw.get("fused"))
+            super().__init__(*a, **kw)
+
+    bench_step = bench.make_step
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(torch.optim, "AdamW", Recording)
+        bench_step(papers, lambda: papers(**short), "cuda", fused=False)
+        bench_step(stock, lambda: stock(**inputs).loss, "cuda")
+    assert created == [None, True]  # built only (no step on a CPU machine): fused for as2hub's and stock's
 
 
 # Kernel names as CUDA 12/13 builds of torch 2.11 and inductor name them in a profile, and the kind each belongs to.

@@ -50,15 +50,14 @@ def test_the_ranking_part_passes_only_flags_the_benchmark_accepts():
     assert parsed.no_wait  # a lent GPU machine is idle: no waiting for a quiet CPU
 
 
-def test_the_pretrain_speed_part_runs_the_unpadded_and_compiled_systems():
+def test_the_pretrain_speed_part_runs_the_unpadded_and_compiled_systems_and_the_papers_step():
     import bench_gpu_pretrain
 
     args = session_command("bench_gpu_pretrain.py", marker="--systems")
     parsed = bench_gpu_pretrain.parse_args(args)
     assert parsed.device == "cuda" and parsed.pairs == ["roberta"] and parsed.seq_lengths == [128, 256]
-    assert {"as2hub", "stock", "as2hub_unpadded", "as2hub_unpadded_compiled", "as2hub_varlen_compiled"} <= set(
-        parsed.systems
-    )
+    assert {"as2hub", "stock", "papers_framework", "as2hub_unpadded", "as2hub_unpadded_compiled",
+            "as2hub_varlen_compiled"} <= set(parsed.systems)  # fmt: skip
     assert parsed.profile_steps > 0  # where the fastest step's time goes comes back with the figures
     # Before it, the varlen layout's CUDA tests: the -k expression picks the lane's tests of that name.
     text = (ROOT / "benchmarks" / "gpu" / "run_gpu_session.sh").read_text()

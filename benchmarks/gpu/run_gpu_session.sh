@@ -87,8 +87,9 @@ case "$PART" in
     # First the flash varlen attention layout's CUDA tests (its kernel against attention sequence by sequence, its
     # dropout's backward, its step against the padded layout's, compiled): the as2hub_varlen_compiled system's figures
     # count only if they pass (a variant that fails in the benchmark is left out and named in failed_systems).
+    # papers_framework: the step as the papers' own Lightning framework runs it (bench_gpu_pretrain.py's docstring).
     timeout 150 python3 -m pytest -q -m gpu tests/test_gpu.py -k varlen -p no:cacheprovider 2>&1 | tee "$OUT/varlen_tests.log"
-    timeout $((LIMIT - 150)) python3 benchmarks/bench_gpu_pretrain.py --pairs roberta --systems as2hub,stock,as2hub_unpadded,as2hub_unpadded_compiled,as2hub_varlen_compiled --workers 0,2,4,8 --profile_steps 3 \
+    timeout $((LIMIT - 150)) python3 benchmarks/bench_gpu_pretrain.py --pairs roberta --systems as2hub,stock,papers_framework,as2hub_unpadded,as2hub_unpadded_compiled,as2hub_varlen_compiled --workers 0,2,4,8 --profile_steps 3 \
       --results "$OUT/gpu_pretrain_unpadded.json" "$@" 2>&1 | tee "$OUT/gpu_pretrain_unpadded.log"
     ;;
   reproduce)
