@@ -539,18 +539,16 @@ def test_the_papers_framework_step_is_stock_mlm_plus_a_pair_loss_on_the_trimmed_
         ((stock_out.logits.argmax(-1) == batch["labels"]) & (batch["labels"] != -100)).sum()
     )
     created = []
-    real_adamw = torch.optim.AdamW
 
-    class Recording(real_adamw):
+    class Recording(torch.optim.AdamW):
         def __init__(self, *a, **kw):
             created.append(kw.get("fused"))
             super().__init__(*a, **kw)
 
-    bench_step = bench.make_step
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(torch.optim, "AdamW", Recording)
-        bench_step(papers, lambda: papers(**short), "cuda", fused=False)
-        bench_step(stock, lambda: stock(**inputs).loss, "cuda")
+        bench.make_step(papers, lambda: papers(**short), "cuda", fused=False)
+        bench.make_step(stock, lambda: stock(**inputs).loss, "cuda")
     assert created == [None, True]  # built only (no step on a CPU machine): fused for as2hub's and stock's
 
 
